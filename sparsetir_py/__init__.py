@@ -1,0 +1,29 @@
+"""sparsetir_py: a Python compiler for sparse tensor programs in the style of SparseTIR."""
+
+from . import ir
+from .errors import (
+    CodegenError,
+    FrontendError,
+    InputError,
+    InterpretError,
+    LoweringError,
+    ScheduleError,
+    SparseTIRError,
+    VerifyError,
+)
+from .ir import IRModule, Layout, PrimFunc
+
+__all__ = [
+    "CodegenError",
+    "FrontendError",
+    "IRModule",
+    "InputError",
+    "InterpretError",
+    "Layout",
+    "LoweringError",
+    "PrimFunc",
+    "ScheduleError",
+    "SparseTIRError",
+    "VerifyError",
+    "ir",
+]

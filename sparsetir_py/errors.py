@@ -1,0 +1,56 @@
+"""The project's exceptions: one root, one subclass per stage of the pipeline."""
+
+from __future__ import annotations
+
+
+class SparseTIRError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class FrontendError(SparseTIRError):
+    """A mistake in a `@T.prim_func` script, reported with file:line:col and a caret."""
+
+    def __init__(
+        self,
+        message: str,
+        filename: str = "<script>",
+        line: int = 0,
+        col: int = 0,
+        source_line: str = "",
+        end_col: int | None = None,
+    ):
+        self.message = message
+        self.filename = filename
+        self.line = line
+        self.col = col
+        self.source_line = source_line
+        text = f"{filename}:{line}:{col + 1}: error: {message}"
+        if source_line:
+            width = max(1, (end_col or col + 1) - col)
+            caret = " " * col + "^" * width
+            text += f"\n    {source_line.rstrip()}\n    {caret}"
+        super().__init__(text)
+
+
+class VerifyError(SparseTIRError):
+    """An ill-formed function; each rule of `sp.verify` has its own subclass."""
+
+
+class ScheduleError(SparseTIRError):
+    """A schedule primitive's precondition does not hold."""
+
+
+class LoweringError(SparseTIRError):
+    """A lowering pass cannot handle its input."""
+
+
+class CodegenError(SparseTIRError):
+    """Code generation cannot render a construct for the chosen target."""
+
+
+class InputError(SparseTIRError):
+    """Bad arrays or scalars passed to a kernel or to the interpreter; the message names the argument."""
+
+
+class InterpretError(SparseTIRError):
+    """The reference interpreter met a script that reads or writes outside its buffers."""
