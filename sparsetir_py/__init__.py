@@ -27,3 +27,7 @@ __all__ = [
     "VerifyError",
     "ir",
 ]
+
+from . import script
+from .ir.structural_equal import assert_structural_equal, structural_equal
+from .script import from_script

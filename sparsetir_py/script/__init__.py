@@ -1,0 +1,114 @@
+"""The script namespace, imported as `T`: `from sparsetir_py import script as T`.
+
+`@T.prim_func` parses a function written with the constructs below into a `PrimFunc`;
+`@T.ir_module` gathers the `@T.prim_func` methods of a class into an `IRModule`.
+"""
+
+from __future__ import annotations
+
+from ..ir import IRModule, PrimFunc
+from . import builtins as _builtins
+from .builtins import (
+    DTYPES,
+    Select,
+    alloc_buffer,
+    alloc_sparse_buffer,
+    allocate,
+    atomic_add,
+    attach,
+    axis,
+    block,
+    block_attr,
+    cast,
+    dense_fixed,
+    dense_variable,
+    evaluate,
+    floordiv,
+    floormod,
+    func_attr,
+    fuse,
+    grid,
+    if_then_else,
+    init,
+    layout,
+    match_buffer,
+    match_sparse_buffer,
+    max,
+    min,
+    parallel,
+    reads,
+    serial,
+    sp_iter,
+    sparse_fixed,
+    sparse_variable,
+    thread_binding,
+    unroll,
+    vectorized,
+    where,
+    writes,
+)
+from .parser import collect_module, parse_python_function, parse_source
+
+
+def prim_func(fn) -> PrimFunc:
+    """Parse the decorated Python function as a script and return its `PrimFunc`."""
+    return parse_python_function(fn)
+
+
+def ir_module(cls) -> IRModule:
+    """Gather the `@T.prim_func` functions of the decorated class into an `IRModule`."""
+    return collect_module(cls)
+
+
+def from_script(text: str) -> PrimFunc | IRModule:
+    """Parse script text such as `func.script()` prints."""
+    return parse_source(text)
+
+
+globals().update(DTYPES)
+globals().update(_builtins.INTRINSIC_STUBS)
+iter = sp_iter  # SparseTIR's spelling
+
+__all__ = [
+    "prim_func",
+    "ir_module",
+    "from_script",
+    "dense_fixed",
+    "dense_variable",
+    "sparse_fixed",
+    "sparse_variable",
+    "match_sparse_buffer",
+    "alloc_sparse_buffer",
+    "match_buffer",
+    "alloc_buffer",
+    "allocate",
+    "layout",
+    "func_attr",
+    "sp_iter",
+    "fuse",
+    "attach",
+    "init",
+    "block",
+    "axis",
+    "reads",
+    "writes",
+    "where",
+    "block_attr",
+    "serial",
+    "parallel",
+    "vectorized",
+    "unroll",
+    "thread_binding",
+    "grid",
+    "atomic_add",
+    "evaluate",
+    "min",
+    "max",
+    "floordiv",
+    "floormod",
+    "if_then_else",
+    "Select",
+    "cast",
+    *DTYPES,
+    *_builtins.INTRINSIC_STUBS,
+]

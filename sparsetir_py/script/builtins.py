@@ -1,0 +1,236 @@
+"""The `T` namespace: signatures of every script construct.
+
+These functions are never called at run time: the frontend reads a `@T.prim_func` body with
+`ast` and binds each `T.xxx(...)` call to the matching signature below, so a wrong arity is
+reported against the user's source line. Calling one directly raises an error.
+"""
+
+from __future__ import annotations
+
+from ..errors import SparseTIRError
+from ..ir.op import INTRINSICS
+
+
+def _only_in_script(name: str):
+    raise SparseTIRError(f"T.{name} can only be used inside a @T.prim_func script")
+
+
+class DType:
+    """`T.int32` etc.: a parameter annotation, a constant (`T.float32(0)`) or a cast (`T.int64(i)`)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, value=None):
+        _only_in_script(self.name)
+
+    def __repr__(self) -> str:
+        return f"T.{self.name}"
+
+
+DTYPE_NAMES = (
+    "handle",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
+DTYPES = {name: DType(name) for name in DTYPE_NAMES}
+
+
+# ---------------------------------------------------------------- axes, buffers, functions
+def dense_fixed(length, idtype="int32"):
+    """A dense level of fixed `length` (a root of the axis forest)."""
+    _only_in_script("dense_fixed")
+
+
+def dense_variable(parent, shape, indptr, idtype="int32"):
+    """A dense level whose row length varies: `shape=(max_length, nnz)`, rows given by `indptr`."""
+    _only_in_script("dense_variable")
+
+
+def sparse_fixed(parent, shape, indices, idtype="int32", sorted=True):
+    """A compressed level with `nnz_cols` coordinates per parent position: `shape=(length, nnz_cols)`."""
+    _only_in_script("sparse_fixed")
+
+
+def sparse_variable(parent, shape, data, idtype="int32", sorted=True):
+    """A compressed level (CSR's columns): `shape=(length, nnz)`, `data=(indptr, indices)`."""
+    _only_in_script("sparse_variable")
+
+
+def match_sparse_buffer(param, axes, dtype="float32", default_value=0):
+    """Values over `axes` passed as the handle parameter `param`."""
+    _only_in_script("match_sparse_buffer")
+
+
+def alloc_sparse_buffer(axes, dtype="float32", scope="global"):
+    """Scratch values over `axes`."""
+    _only_in_script("alloc_sparse_buffer")
+
+
+def match_buffer(param, shape, dtype="float32", scope="global", layout=None):
+    """A flat (dense) buffer passed as `param`."""
+    _only_in_script("match_buffer")
+
+
+def alloc_buffer(shape, dtype="float32", scope="global", layout=None):
+    """A flat scratch buffer owned by the enclosing block (or the function)."""
+    _only_in_script("alloc_buffer")
+
+
+def allocate(shape, dtype="float32", scope="global", layout=None):
+    """Scratch storage live in the rest of the enclosing statement list."""
+    _only_in_script("allocate")
+
+
+def layout(minor_to_major, tiles=(), tail_padding_alignment=1):
+    """An XLA-style layout for `match_buffer`/`alloc_buffer`."""
+    _only_in_script("layout")
+
+
+def func_attr(attrs):
+    _only_in_script("func_attr")
+
+
+# ---------------------------------------------------------------- Stage I
+def sp_iter(axes, kinds, name, attrs=None):
+    """`with T.sp_iter([I, J, K], "SRS", "name") as [i, j, k]:` — a sparse iteration."""
+    _only_in_script("sp_iter")
+
+
+iter = sp_iter  # SparseTIR's spelling
+
+
+def fuse(*axes):
+    """Iterate a parent-child chain of axes as one loop over its stored points."""
+    _only_in_script("fuse")
+
+
+def attach(axis, parent):
+    """Iterate `axis` with the coordinate of `parent`'s iterator as its row."""
+    _only_in_script("attach")
+
+
+def init():
+    _only_in_script("init")
+
+
+# ---------------------------------------------------------------- Stages II and III
+def block(name):
+    _only_in_script("block")
+
+
+class axis:
+    @staticmethod
+    def spatial(extent, value):
+        _only_in_script("axis.spatial")
+
+    @staticmethod
+    def reduce(extent, value):
+        _only_in_script("axis.reduce")
+
+    @staticmethod
+    def remap(kinds, values):
+        _only_in_script("axis.remap")
+
+
+def reads(*regions):
+    _only_in_script("reads")
+
+
+def writes(*regions):
+    _only_in_script("writes")
+
+
+def where(condition):
+    _only_in_script("where")
+
+
+def block_attr(attrs):
+    _only_in_script("block_attr")
+
+
+def serial(start, stop=None, annotations=None):
+    _only_in_script("serial")
+
+
+def parallel(start, stop=None, annotations=None):
+    _only_in_script("parallel")
+
+
+def vectorized(start, stop=None, annotations=None):
+    _only_in_script("vectorized")
+
+
+def unroll(start, stop=None, annotations=None):
+    _only_in_script("unroll")
+
+
+def thread_binding(start, stop=None, thread=None, annotations=None):
+    _only_in_script("thread_binding")
+
+
+def grid(*extents):
+    _only_in_script("grid")
+
+
+def atomic_add(target, value):
+    """`target += value`, atomic across threads."""
+    _only_in_script("atomic_add")
+
+
+def evaluate(value):
+    _only_in_script("evaluate")
+
+
+# ---------------------------------------------------------------- expressions
+def min(a, b):
+    _only_in_script("min")
+
+
+def max(a, b):
+    _only_in_script("max")
+
+
+def floordiv(a, b):
+    _only_in_script("floordiv")
+
+
+def floormod(a, b):
+    _only_in_script("floormod")
+
+
+def if_then_else(cond, true_value, false_value):
+    _only_in_script("if_then_else")
+
+
+Select = if_then_else
+
+
+def cast(value, dtype):
+    _only_in_script("cast")
+
+
+def intrinsic(*args, dtype=None):
+    """Signature shared by every intrinsic of `sparsetir_py.ir.op.INTRINSICS` (exp, sqrt, ...)."""
+    _only_in_script("intrinsic")
+
+
+def _make_intrinsic(name: str):
+    def fn(*args, dtype=None):
+        _only_in_script(name)
+
+    fn.__name__ = name
+    return fn
+
+
+INTRINSIC_STUBS = {name: _make_intrinsic(name) for name in INTRINSICS}
