@@ -31,3 +31,4 @@ __all__ = [
 from . import script
 from .ir.structural_equal import assert_structural_equal, structural_equal
 from .script import from_script
+from .interp import interpret  # noqa: E402
