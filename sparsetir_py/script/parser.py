@@ -840,6 +840,8 @@ class Parser:
             return Cast(self.dtype_arg(args["dtype"], allowed=dt.SCALAR_DTYPES), self.expr(args["value"]))
         if name in INTRINSICS:
             return self.intrinsic_call(node, name)
+        if name not in STUBS:
+            raise self.fail(node, f"unknown construct `T.{name}`")
         raise self.fail(node, f"`T.{name}` is not an expression")
 
     def dtype_call(self, node: ast.Call, dtype: str) -> PrimExpr:
@@ -933,6 +935,8 @@ def range_extent(lo: PrimExpr, hi: PrimExpr) -> PrimExpr:
         return hi.b
     if isinstance(lo, IntImm) and lo.value == 0:
         return hi
+    if isinstance(lo, IntImm) and isinstance(hi, IntImm):
+        return IntImm(hi.value - lo.value, hi.dtype)
     return BinOp("-", hi, lo)
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks against scipy, MKL, torch.sparse and GraphBLAS."""

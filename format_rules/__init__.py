@@ -1,0 +1,1 @@
+"""FormatRewriteRule scripts shipped with the project (ell, bsr, hyb, ...)."""
