@@ -81,7 +81,7 @@ def test_closure_constants():
     sp.assert_structural_equal(f, sp.from_script(f.script()))
 
 
-STAGE2 = '''
+STAGE2 = """
 from sparsetir_py import script as T
 
 @T.prim_func
@@ -125,9 +125,9 @@ def lowered(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.
             for w in T.serial(8):
                 acc[w] = T.if_then_else(w >= 4 and not w == 6, T.exp(acc[w]), T.float32("inf"))
             T.syncthreads()
-'''
+"""
 
-STAGE3 = '''
+STAGE3 = """
 from sparsetir_py import script as T
 
 @T.prim_func
@@ -141,7 +141,7 @@ def flat(a: T.handle, b: T.handle, m: T.int64, n: T.int64):
             shared[j] = A[i, j]
         for j in T.serial(n):
             B[i * n + j] = shared[j] * T.float64(2) - T.float64(-0.5)
-'''
+"""
 
 
 @pytest.mark.parametrize("text", [STAGE2, STAGE3], ids=["stage2", "stage3"])
@@ -211,7 +211,11 @@ def test_structural_equal_ignores_names():
 
 
 def test_structural_equal_sees_swapped_variables():
-    swapped = csrmm.script().replace("B[j, k]", "B[k, j]").replace("J_detach = T.dense_fixed(n)", "J_detach = T.dense_fixed(feat)")
+    swapped = (
+        csrmm.script()
+        .replace("B[j, k]", "B[k, j]")
+        .replace("J_detach = T.dense_fixed(n)", "J_detach = T.dense_fixed(feat)")
+    )
     swapped = swapped.replace("K = T.dense_fixed(feat)", "K = T.dense_fixed(n)")
     other = sp.from_script(swapped)
     assert not sp.structural_equal(csrmm, other)
@@ -266,18 +270,34 @@ def f(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.int32,
     "body,message,snippet",
     [
         ("    while True:\n        pass\n", "unsupported construct `While`", "while True:"),
-        ("    with T.sp_iter([I], \"S\", \"s\") as [i]:\n        B[i] = q\n", "unknown name `q`", "q"),
+        ('    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = q\n', "unknown name `q`", "q"),
         ("    K = T.dense_fixed()\n", "wrong arguments to T.dense_fixed", "T.dense_fixed()"),
-        ('    with T.sp_iter([I, J], "S", "s") as [i, j]:\n        B[i] = 0.0\n', 'S/R string "S" has 1 letters', '"S"'),
-        ('    with T.sp_iter([I, J], "SX", "s") as [i, j]:\n        B[i] = 0.0\n', 'may only contain "S" and "R"', '"SX"'),
+        (
+            '    with T.sp_iter([I, J], "S", "s") as [i, j]:\n        B[i] = 0.0\n',
+            'S/R string "S" has 1 letters',
+            '"S"',
+        ),
+        (
+            '    with T.sp_iter([I, J], "SX", "s") as [i, j]:\n        B[i] = 0.0\n',
+            'may only contain "S" and "R"',
+            '"SX"',
+        ),
         ('    with T.sp_iter([I, J], "SR", "s") as [i]:\n        B[i] = 0.0\n', "`as` names 1", "[i]"),
-        ('    with T.sp_iter([I], "S", "s") as [i]:\n        B[i, i] = 0.0\n', "has 1 dimensions but is indexed with 2", "B[i, i]"),
+        (
+            '    with T.sp_iter([I], "S", "s") as [i]:\n        B[i, i] = 0.0\n',
+            "has 1 dimensions but is indexed with 2",
+            "B[i, i]",
+        ),
         ('    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = I\n', "is an axis, not a value", "I"),
-        ('    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = B[i] / 2 + T.nosuch(i)\n', "unknown construct `T.nosuch`", "T.nosuch(i)"),
+        (
+            '    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = B[i] / 2 + T.nosuch(i)\n',
+            "unknown construct `T.nosuch`",
+            "T.nosuch(i)",
+        ),
         ('    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = i / 2\n', "use `//`", "i / 2"),
         ('    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = T.exp(i, i)\n', "takes 1 arguments", "T.exp(i, i)"),
         ("    x = 3\n", "names are declarations", "x = 3"),
-        ('    with T.init():\n        B[0] = 0.0\n', "directly inside", "with T.init()"),
+        ("    with T.init():\n        B[0] = 0.0\n", "directly inside", "with T.init()"),
     ],
 )
 def test_frontend_errors_point_at_the_source(body, message, snippet):
