@@ -76,6 +76,36 @@ def make_csrmm(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
     return csrmm
 
 
+def make_csrmm_dense_iter(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
+    """SpMM iterating every column densely: A is read at unstored coordinates (its default, 0)."""
+
+    @T.prim_func
+    def csrmm_dense_iter(
+        a: T.handle,
+        b: T.handle,
+        c: T.handle,
+        indptr: T.handle,
+        indices: T.handle,
+        m: T.int32,
+        n: T.int32,
+        feat: T.int32,
+        nnz: T.int32,
+    ):
+        I = T.dense_fixed(m, idtype)
+        J = T.sparse_variable(I, (n, nnz), (indptr, indices), idtype)
+        J_detach = T.dense_fixed(n, idtype)
+        K = T.dense_fixed(feat, idtype)
+        A = T.match_sparse_buffer(a, (I, J), dtype)
+        B = T.match_sparse_buffer(b, (J_detach, K), dtype)
+        C = T.match_sparse_buffer(c, (I, K), dtype)
+        with T.sp_iter([I, J_detach, K], "SRS", "csrmm_dense_iter") as [i, j, k]:
+            with T.init():
+                C[i, k] = 0.0
+            C[i, k] = C[i, k] + A[i, j] * B[j, k]
+
+    return csrmm_dense_iter
+
+
 def make_csr_reduce(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
     """Row sums of a CSR matrix, written with `+=`."""
 
@@ -547,7 +577,8 @@ def _pattern64(A) -> scipy.sparse.csr_matrix:
 
 
 def _idx(array, idtype: str) -> np.ndarray:
-    return np.ascontiguousarray(array, dtype=idtype)
+    """A fresh C-contiguous copy, so callers may mutate arguments without touching `A`."""
+    return np.array(array, dtype=idtype, order="C", copy=True)
 
 
 def _rand(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
@@ -1021,6 +1052,7 @@ class Case:
 
 CASES: tuple[Case, ...] = (
     Case("csrmm", make_csrmm, _csrmm_args, _csrmm_ref),
+    Case("csrmm_dense_iter", make_csrmm_dense_iter, _csrmm_args, _csrmm_ref, SMALL[:4]),
     Case("csr_reduce", make_csr_reduce, _csr_reduce_args, _row_sum_ref),
     Case("segment_reduce", make_segment_reduce, _segment_reduce_args, _row_sum_ref),
     Case("csr_element_wise", make_csr_element_wise, _element_wise_args, _element_wise_ref),

@@ -216,6 +216,45 @@ def test_bad_input_wrong_value_size():
         sp.interpret(func, **kwargs)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="interpreter bug: a read-only output array escapes as numpy's ValueError, not InputError",
+)
+def test_bad_input_read_only_output():
+    func, kwargs = csrmm_inputs()
+    kwargs["c"].setflags(write=False)
+    with pytest.raises(sp.InputError, match=r"\bc\b"):
+        sp.interpret(func, **kwargs)
+
+
+def test_csr2bsr_write_outside_the_output_structure():
+    """A coordinate the BSR structure does not store is an error, never a write elsewhere."""
+    require("interpret")
+    case = CASES_BY_NAME["csr2bsr"]
+    A = corpus.prepare_csr(shipped("karate"), "int32", "float32")
+    kwargs, _ = case.make_args(A, np.random.default_rng(0), "int32", "float32")
+    indptr, indices = kwargs["indptr_out"], kwargs["indices_out"]
+    last_of_row0 = int(indptr[1]) - 1  # drop the last stored block of block-row 0
+    kwargs["indices_out"] = np.delete(indices, last_of_row0)
+    kwargs["indptr_out"] = np.concatenate([indptr[:1], indptr[1:] - 1]).astype(indptr.dtype)
+    kwargs["nnzb"] -= 1
+    kwargs["b"] = kwargs["b"][:-1].copy()
+    with pytest.raises(sp.SparseTIRError, match="`B`"):
+        sp.interpret(build("csr2bsr", "int32", "float32"), **kwargs)
+
+
+def test_rgcn_relation_out_of_range():
+    """An edge type outside [0, num_rels) must not wrap around (numpy would read W[-1])."""
+    require("interpret")
+    case = CASES_BY_NAME["rgcn"]
+    A = corpus.prepare_csr(shipped("karate"), "int32", "float32")
+    for bad in (-1, corpus.NUM_RELS):
+        kwargs, _ = case.make_args(A, np.random.default_rng(0), "int32", "float32")
+        kwargs["etype"][0] = bad
+        with pytest.raises(sp.SparseTIRError, match="`W`"):
+            sp.interpret(build("rgcn", "int32", "float32"), **kwargs)
+
+
 # ----------------------------------------------------------------------------------------------
 # Shipped data
 # ----------------------------------------------------------------------------------------------
