@@ -1,6 +1,10 @@
-"""sparsetir_py: a Python compiler for sparse tensor programs in the style of SparseTIR."""
+"""sparsetir_py: a Python compiler for sparse tensor programs in the style of SparseTIR.
 
-from . import ir
+    import sparsetir_py as sp
+    from sparsetir_py import script as T
+"""
+
+from . import ir, script
 from .errors import (
     CodegenError,
     FrontendError,
@@ -11,7 +15,11 @@ from .errors import (
     SparseTIRError,
     VerifyError,
 )
+from .interp import interpret
 from .ir import IRModule, Layout, PrimFunc
+from .ir.structural_equal import assert_structural_equal, structural_equal
+from .ir.verify import verify
+from .script import from_script
 
 __all__ = [
     "CodegenError",
@@ -25,10 +33,11 @@ __all__ = [
     "ScheduleError",
     "SparseTIRError",
     "VerifyError",
+    "assert_structural_equal",
+    "from_script",
+    "interpret",
     "ir",
+    "script",
+    "structural_equal",
+    "verify",
 ]
-
-from . import script
-from .ir.structural_equal import assert_structural_equal, structural_equal
-from .script import from_script
-from .interp import interpret  # noqa: E402
