@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir import dtype as dt
 from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, Axis
-from ..ir.buffer import FlatBuffer, SparseBuffer
+from ..ir.buffer import SparseBuffer
 from ..ir.expr import BinOp, Cast, IntImm, PrimExpr, UnaryOp, Var
 from ..ir.func import PrimFunc
 
@@ -196,7 +196,7 @@ def _check_rows(ad: AxisData, ix: np.ndarray, name: str) -> None:
 
 def storage_shape(buf: SparseBuffer, axes: dict[Axis, AxisData]) -> tuple[int, ...]:
     """(nnz of the last sparse/variable axis, *trailing dense extents), or the dense shape."""
-    last = max((k for k, a in enumerate(buf.axes) if not a.kind == DENSE_FIXED), default=None)
+    last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
     if last is None:
         return tuple(axes[a].length for a in buf.axes)
     size = 1

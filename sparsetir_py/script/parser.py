@@ -8,7 +8,9 @@ enclosing scope (numbers, strings, booleans) may be used in the script.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import itertools
 import linecache
 import textwrap
 from typing import Any
@@ -585,7 +587,7 @@ class Parser:
             group = tuple(self.axis_ref(a) for a in self.bind(elt, "fuse")["axes"])
             if len(group) < 2:
                 raise self.fail(elt, "T.fuse needs at least two axes")
-            for parent, child in zip(group, group[1:]):
+            for parent, child in itertools.pairwise(group):
                 if child.parent is not parent:
                     raise self.fail(elt, f"T.fuse: `{child.name}` is not a child of `{parent.name}`")
             return [ir.FusedAxis(group, i) for i in range(len(group))]
@@ -918,9 +920,8 @@ class Parser:
             if a.dtype != "bool" or b.dtype != "bool":
                 raise self.fail(node, f"`{op}` needs conditions")
             return BinOp(op, a, b)
-        if op in ("//", "%") and (dt.is_float(a.dtype) or dt.is_float(b.dtype)):
-            if op == "%":
-                raise self.fail(node, "`%` needs integer operands")
+        if op == "%" and (dt.is_float(a.dtype) or dt.is_float(b.dtype)):
+            raise self.fail(node, "`%` needs integer operands")
         a, b = self.unify(a, b, node)
         if op == "/" and dt.is_int(a.dtype):
             raise self.fail(node, "`/` on integers: use `//` for floor division")
@@ -1006,10 +1007,8 @@ def _source_of(obj) -> tuple[str, list[str], int, int]:
 
 def _closure_env(fn) -> dict:
     env = dict(fn.__globals__)
-    try:
+    with contextlib.suppress(TypeError, ValueError):
         env.update(inspect.getclosurevars(fn).nonlocals)
-    except (TypeError, ValueError):
-        pass
     return env
 
 

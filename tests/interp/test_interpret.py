@@ -244,11 +244,9 @@ def test_input_errors_name_the_argument(args, match):
 def test_indptr_decreasing_is_reported():
     args = good_args()
     ip = args["indptr"].copy()
-    ip[2], ip[3] = ip[3], ip[2]
-    if ip[2] == ip[3]:
-        ip[2] += 1
+    ip[1] = ip[2] + 1  # row 1 would have a negative length
     args["indptr"] = ip
-    with pytest.raises(sp.InputError, match="decreases|`indptr`"):
+    with pytest.raises(sp.InputError, match="`indptr` .* decreases at row 1"):
         sp.interpret(csrmm, **args)
 
 
@@ -267,7 +265,7 @@ def test_duplicate_coordinates_on_unsorted_axis():
 def test_nnz_overflowing_the_index_dtype():
     args = good_args()
     args["nnz"] = 2**31
-    with pytest.raises(sp.InputError, match="more than int32 can index"):
+    with pytest.raises(sp.InputError, match=r"more than int32 can index"):
         sp.interpret(csrmm, **args)
 
 
