@@ -253,6 +253,7 @@ def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None,
             ad = AxisData(a, length, nnz)
         _check_axis(ad, values, parent, check_structure)
         bound.axes[a] = ad
+    written = written_buffers(func)
     for buf in func.buffers:
         if isinstance(buf, SparseBuffer):
             shape = storage_shape(buf, bound.axes)
@@ -263,5 +264,16 @@ def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None,
         if buf.data is None:
             bound.buffers[buf] = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=buf.dtype)
             continue
-        bound.buffers[buf] = _buffer_view(buf.data.name, values[buf.data.name], buf.dtype, shape, order)
+        view = _buffer_view(buf.data.name, values[buf.data.name], buf.dtype, shape, order)
+        if buf in written and not view.flags.writeable:
+            raise InputError(f"argument `{buf.data.name}` is read-only, but `{func.name}` writes it")
+        bound.buffers[buf] = view
     return bound
+
+
+def written_buffers(func: PrimFunc) -> set:
+    """Buffers that the function stores to."""
+    from ..ir.stmt import AtomicAdd, BufferStore
+    from ..ir.visit import walk
+
+    return {n.buffer for n in walk(func.body) if isinstance(n, BufferStore | AtomicAdd)}
