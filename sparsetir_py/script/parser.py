@@ -481,9 +481,9 @@ class Parser:
             )
         if not isinstance(st.target, ast.Name):
             raise self.fail(st.target, "a loop variable must be a single name")
-        args = self.bind(st.iter, "serial" if name == "serial" and self.t_name(st.iter.func) is None else name)
+        args = self.bind(st.iter, name)
         if args["stop"] is None:
-            lo, extent = IntImm(0, "int32"), self.index_expr(args["start"])
+            extent = self.index_expr(args["start"])
             lo = IntImm(0, extent.dtype)
         else:
             lo = self.index_expr(args["start"])
