@@ -206,10 +206,6 @@ def test_bad_input_wrong_value_size():
         sp.interpret(func, **kwargs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="interpreter bug: a read-only output array escapes as numpy's ValueError, not InputError",
-)
 def test_bad_input_read_only_output():
     func, kwargs = csrmm_inputs()
     kwargs["c"].setflags(write=False)
