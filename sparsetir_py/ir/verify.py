@@ -75,6 +75,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import pairwise
+from typing import NoReturn
+
+import numpy as np
 
 from ..errors import VerifyError
 from . import dtype as dt
@@ -239,7 +242,7 @@ class ScopeError(VerifyError):
 # Shared helpers
 
 
-def _fail(cls: type[VerifyError], func: str | None, message: str) -> None:
+def _fail(cls: type[VerifyError], func: str | None, message: str) -> NoReturn:
     prefix = f"in `{func}`: " if func else ""
     raise cls(prefix + message)
 
@@ -491,9 +494,8 @@ class _FuncVerifier:
         self.iter_axes: list[set[Axis]] = []
         self.reductions: list[tuple[str, frozenset[Var]]] = []
         self.threads: list[str] = []
-        self.block: str | None = None
 
-    def fail(self, cls: type[VerifyError], message: str) -> None:
+    def fail(self, cls: type[VerifyError], message: str) -> NoReturn:
         _fail(cls, self.fname, message)
 
     def run(self) -> None:
@@ -773,11 +775,10 @@ class _FuncVerifier:
             set(self.buffers),
             list(self.reductions),
             list(self.threads),
-            self.block,
         )
 
     def restore(self, state: tuple) -> None:
-        self.scope, self.unreachable, self.buffers, self.reductions, self.threads, self.block = state
+        self.scope, self.unreachable, self.buffers, self.reductions, self.threads = state
 
     # -- expressions ----------------------------------------------------------------------------
 
@@ -801,6 +802,10 @@ class _FuncVerifier:
             self.fail(DtypeError, f"bool constant has value {e.value}")
         if not dt.is_int(e.dtype) and e.dtype != "bool":
             self.fail(DtypeError, f"integer constant {e.value} has dtype {e.dtype}")
+        if dt.is_int(e.dtype):
+            info = np.iinfo(e.dtype)
+            if not info.min <= e.value <= info.max:
+                self.fail(DtypeError, f"integer constant {e.value} does not fit in {e.dtype}")
 
     def float_imm(self, e: FloatImm) -> None:
         if not dt.is_float(e.dtype):
@@ -981,10 +986,22 @@ class _FuncVerifier:
         if b.name in self.block_names:
             self.fail(BlockError, f"two blocks are named `{b.name}`")
         self.block_names.add(b.name)
+        # Extents, bindings and the predicate are evaluated outside the block.
+        outside = self.save()
+        own = [iv.var for iv in b.iter_vars if isinstance(iv, IterVar) and isinstance(iv.var, Var)]
+        self.hide(
+            [v for v in own if v not in self.bound],
+            UndefinedVariableError,
+            lambda v: (
+                f"block iterator `{v.name}` is used in the iterators or predicate of its own block "
+                f"`{b.name}`, which are evaluated outside it"
+            ),
+        )
         for iv in b.iter_vars:
             self.check_iter_var(b, iv)
         if b.predicate is not None:
             self.cond(b.predicate, f"predicate of block `{b.name}`")
+        self.restore(outside)
         reduce_vars = frozenset(iv.var for iv in b.iter_vars if iv.kind == "R")
         if b.init is not None and not reduce_vars:
             self.fail(BlockError, f"block `{b.name}` has an init but no reduction iterator")
@@ -1000,7 +1017,6 @@ class _FuncVerifier:
                 f"block `{b.name}` uses loop variable `{v.name}` of a loop outside it; bind it to a block iterator"
             ),
         )
-        self.block = b.name
         self.reductions = [(b.name, reduce_vars)] if b.init is not None else []
         for buf in b.alloc_buffers:
             self.declare_buffer(buf, allocated=True)

@@ -995,7 +995,7 @@ def _undef_binding():
 def _undef_binding_uses_own_iter_var():
     s = Csrmm2()
     s.iv_vi = IterVar(s.vi, s.m, "S", s.vi)
-    return s.func(), "variable `vi` is not defined"
+    return s.func(), "block iterator `vi` is used in the iterators or predicate of its own block `csrmm0`"
 
 
 def _undef_axis_length():
@@ -1251,6 +1251,12 @@ def _dt_iter_var_binding():
     return s.func(), "binding of block iterator `vk` has dtype int64 but the iterator is int32"
 
 
+def _dt_int_constant_range():
+    s = Csrmm1()
+    s.init = st(s.C, (s.i, IntImm(2**31, "int32")), f32(0.0))
+    return s.func(), "integer constant 2147483648 does not fit in int32"
+
+
 def _dt_bool_constant():
     s = Csrmm1()
     s.init = IfThenElse(IntImm(2, "bool"), st(s.C, (s.i, s.k), f32(0.0)))
@@ -1279,6 +1285,7 @@ def _dt_bool_constant():
         _dt_block_predicate,
         _dt_iter_var_binding,
         _dt_bool_constant,
+        _dt_int_constant_range,
     ],
 )
 def test_verify_fail_dtype(case):
