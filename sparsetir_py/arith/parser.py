@@ -1,0 +1,361 @@
+"""The text form of indexing maps, affine maps and affine expressions (XLA's notation).
+
+```
+(d0, d1)[s0]{rt0} -> (d0 + s0, d1 floordiv 2 + rt0), domain: d0 in [0, 9], d1 in [0, 19],
+    s0 in [0, 4], rt0 in [0, 3], d0 + s0 in [0, 10]
+```
+
+Intervals are read by position: the first one per dimension, then one per symbol (range
+variables, then runtime variables), the rest are constraints. Entries are separated by commas
+or newlines. Also accepted, for the examples of XLA's documentation: `floorDiv`, juxtaposed
+coefficients (`16d0`), `ceildiv`, `//` and `%`, negative divisors, a domain without the comma
+before `domain:`, and symbols followed by `hlo: <producer>` plus an access map on the next line,
+which makes them runtime variables.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .affine import AffineExpr, Interval, const, dim, symbol
+from .errors import IndexingMapError
+from .indexing_map import AffineMap, IndexingMap, RuntimeVar, Variable
+
+__all__ = ["parse_affine_expr", "parse_affine_map", "parse_indexing_map"]
+
+_TOKEN = re.compile(
+    r"(?P<int>\d+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<floordiv>//)|(?P<punct>[()\[\]{},:+\-*%])"
+)
+_KEYWORDS = {"domain", "in", "floordiv", "mod", "ceildiv", "hlo", "is_simplified"}
+_MUL_OPS = {"*", "floordiv", "mod", "ceildiv", "//", "%"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str  # "int", "ident", "op" (punctuation and operator keywords), "eof"
+    text: str
+    start: int
+    end: int
+
+
+class _Parser:
+    def __init__(self, source: str, what: str):
+        self.source = source
+        self.what = what
+        self.pos = 0
+        self.token = self._lex()
+
+    # -- lexing ---------------------------------------------------------------------------------
+
+    def _lex(self) -> _Token:
+        n = len(self.source)
+        while self.pos < n and self.source[self.pos].isspace():
+            self.pos += 1
+        if self.pos >= n:
+            return _Token("eof", "", n, n)
+        m = _TOKEN.match(self.source, self.pos)
+        if m is None:
+            self.fail(f"unexpected character {self.source[self.pos]!r}", self.pos)
+        start, self.pos = m.start(), m.end()
+        text = m.group()
+        if m.lastgroup == "int":
+            return _Token("int", text, start, self.pos)
+        if m.lastgroup == "ident":
+            lowered = text.lower()
+            if lowered in ("floordiv", "mod", "ceildiv"):
+                return _Token("op", lowered, start, self.pos)
+            return _Token("ident", text, start, self.pos)
+        return _Token("op", text, start, self.pos)
+
+    def advance(self) -> _Token:
+        token = self.token
+        self.token = self._lex()
+        return token
+
+    def at(self, text: str) -> bool:
+        return self.token.kind in ("op", "ident") and self.token.text == text
+
+    def accept(self, text: str) -> bool:
+        if self.at(text):
+            self.advance()
+            return True
+        return False
+
+    def expect(self, text: str) -> _Token:
+        if not self.at(text):
+            self.fail(f"expected `{text}`, got {self.describe()}")
+        return self.advance()
+
+    def describe(self) -> str:
+        return "the end of the text" if self.token.kind == "eof" else f"`{self.token.text}`"
+
+    def fail(self, message: str, pos: int | None = None) -> None:
+        pos = self.token.start if pos is None else pos
+        line_start = self.source.rfind("\n", 0, pos) + 1
+        line_end = self.source.find("\n", pos)
+        line_end = len(self.source) if line_end < 0 else line_end
+        line_no = self.source.count("\n", 0, pos) + 1
+        col = pos - line_start
+        text = self.source[line_start:line_end]
+        raise IndexingMapError(
+            f"cannot parse {self.what}: {message} (line {line_no}, column {col + 1})\n    {text}\n    {' ' * col}^"
+        )
+
+    def rest_of_line(self, start: int) -> str:
+        """The raw text from `start` to the end of its line; parsing continues after it."""
+        end = self.source.find("\n", start)
+        end = len(self.source) if end < 0 else end
+        self.pos = end
+        self.token = self._lex()
+        return self.source[start:end].strip()
+
+    # -- pieces ---------------------------------------------------------------------------------
+
+    def names(self, open_: str, close: str) -> list[str]:
+        self.expect(open_)
+        names: list[str] = []
+        if self.accept(close):
+            return names
+        while True:
+            if self.token.kind != "ident" or self.token.text in _KEYWORDS:
+                self.fail(f"expected a variable name, got {self.describe()}")
+            name = self.advance().text
+            if name in names:
+                self.fail(f"variable `{name}` is declared twice")
+            names.append(name)
+            if self.accept(close):
+                return names
+            self.expect(",")
+
+    def signed_int(self) -> int:
+        negative = self.accept("-")
+        if self.token.kind != "int":
+            self.fail(f"expected an integer, got {self.describe()}")
+        value = int(self.advance().text)
+        return -value if negative else value
+
+    def interval(self) -> Interval:
+        self.expect("[")
+        lo = self.signed_int()
+        self.expect(",")
+        hi = self.signed_int()
+        self.expect("]")
+        return Interval(lo, hi)
+
+    def expr(self, scope: dict[str, AffineExpr]) -> AffineExpr:
+        result = self.term(scope)
+        while self.at("+") or self.at("-"):
+            negative = self.advance().text == "-"
+            rhs = self.term(scope)
+            result = result - rhs if negative else result + rhs
+        return result
+
+    def term(self, scope: dict[str, AffineExpr]) -> AffineExpr:
+        result = self.unary(scope)
+        while self.token.kind == "op" and self.token.text in _MUL_OPS:
+            op_token = self.advance()
+            rhs = self.unary(scope)
+            result = self.binary(op_token, result, rhs)
+        return result
+
+    def binary(self, op_token: _Token, lhs: AffineExpr, rhs: AffineExpr) -> AffineExpr:
+        op = op_token.text
+        try:
+            if op == "*":
+                return lhs * rhs
+            if not rhs.is_constant:
+                self.fail(f"the divisor of `{op}` must be a constant, got `{rhs}`", op_token.start)
+            if op in ("floordiv", "//"):
+                return lhs.floordiv(rhs)
+            if op in ("mod", "%"):
+                return lhs.mod(rhs)
+            return lhs.ceildiv(rhs)
+        except IndexingMapError as err:
+            if str(err).startswith("cannot parse"):
+                raise
+            self.fail(str(err), op_token.start)
+            raise  # pragma: no cover - fail raises
+
+    def unary(self, scope: dict[str, AffineExpr]) -> AffineExpr:
+        if self.accept("-"):
+            return -self.unary(scope)
+        return self.primary(scope)
+
+    def primary(self, scope: dict[str, AffineExpr]) -> AffineExpr:
+        token = self.token
+        if token.kind == "int":
+            self.advance()
+            value = const(int(token.text))
+            # `16d0` in XLA's documentation: a coefficient written against its variable.
+            if self.token.kind == "ident" and self.token.start == token.end and self.token.text not in _KEYWORDS:
+                return value * self.primary(scope)
+            return value
+        if token.kind == "ident" and token.text not in _KEYWORDS:
+            if token.text not in scope:
+                self.fail(f"unknown variable `{token.text}`")
+            self.advance()
+            return scope[token.text]
+        if self.accept("("):
+            inner = self.expr(scope)
+            self.expect(")")
+            return inner
+        self.fail(f"expected an expression, got {self.describe()}")
+        raise AssertionError  # pragma: no cover
+
+    def results(self, scope: dict[str, AffineExpr]) -> list[AffineExpr]:
+        self.expect("(")
+        exprs: list[AffineExpr] = []
+        if self.accept(")"):
+            return exprs
+        while True:
+            exprs.append(self.expr(scope))
+            if self.accept(")"):
+                return exprs
+            self.expect(",")
+
+    def affine_map_tail(self, dim_names: list[str], sym_names: list[str]) -> AffineMap:
+        scope = _scope(dim_names, sym_names)
+        self.expect("->")
+        return AffineMap(len(dim_names), len(sym_names), tuple(self.results(scope)))
+
+    def try_access_map(self) -> AffineMap | None:
+        """An affine map `(d0, ...)[...] -> (...)` if one starts here, else None (nothing consumed)."""
+        saved = (self.pos, self.token)
+        try:
+            dims = self.names("(", ")")
+            syms = self.names("[", "]") if self.at("[") else []
+            if not self.at("->"):
+                raise IndexingMapError("not an access map")
+        except IndexingMapError:
+            self.pos, self.token = saved
+            return None
+        return self.affine_map_tail(dims, syms)
+
+
+def _scope(dim_names: Sequence[str], sym_names: Sequence[str]) -> dict[str, AffineExpr]:
+    scope = {name: dim(i) for i, name in enumerate(dim_names)}
+    scope.update({name: symbol(j) for j, name in enumerate(sym_names)})
+    return scope
+
+
+def _default_name(name: str, prefix: str, index: int) -> str:
+    return "" if name == f"{prefix}{index}" else name
+
+
+def parse_indexing_map(text: str) -> IndexingMap:
+    """Parse XLA's text form of an indexing map (see the module docstring).
+
+    >>> m = parse_indexing_map("(d0, d1) -> (d0 + d1 floordiv 16, d1 mod 16), domain: d0 in [0, 6], d1 in [0, 14]")
+    >>> str(m.simplify())
+    '(d0, d1) -> (d0, d1), domain: d0 in [0, 6], d1 in [0, 14]'
+    """
+    p = _Parser(text, "indexing map")
+    dim_names = p.names("(", ")")
+    range_names = p.names("[", "]") if p.at("[") else []
+    rt_names = p.names("{", "}") if p.at("{") else []
+    sym_names = range_names + rt_names
+    scope = _scope(dim_names, sym_names)
+    p.expect("->")
+    results = p.results(scope)
+    p.accept(",")
+    variables = dim_names + sym_names
+    if not p.accept("domain"):
+        if variables:
+            p.fail(f"expected `domain:` with the intervals of {', '.join(variables)}, got {p.describe()}")
+        _finish(p)
+        return IndexingMap(tuple(results))
+    p.expect(":")
+    intervals: list[Interval] = []
+    rt_info: dict[int, tuple[str, AffineMap | None]] = {}
+    constraints: list[tuple[AffineExpr, Interval]] = []
+    while p.token.kind != "eof" and not p.at("is_simplified"):
+        start = p.token.start
+        e = p.expr(scope)
+        p.expect("in")
+        rng = p.interval()
+        k = len(intervals)
+        if k < len(variables):
+            if e != scope[variables[k]]:
+                p.fail(
+                    f"expected the interval of `{variables[k]}` (intervals are read by position: "
+                    f"dimensions, then symbols, then constraints), got `{p.source[start : p.token.start].strip()}`",
+                    start,
+                )
+            intervals.append(rng)
+            if p.at("hlo"):
+                if k < len(dim_names):
+                    p.fail(f"`hlo:` describes a runtime variable, but `{variables[k]}` is a dimension")
+                p.advance()
+                colon = p.expect(":")
+                hlo = p.rest_of_line(colon.end)
+                rt_info[k - len(dim_names)] = (hlo, p.try_access_map())
+        else:
+            constraints.append((e, rng))
+        p.accept(",")
+    if len(intervals) < len(variables):
+        p.fail(f"missing the interval of `{variables[len(intervals)]}`")
+    _finish(p)
+    num_dims = len(dim_names)
+    # Symbols described with `hlo:` (XLA's documentation) are runtime variables; they must come last.
+    doc_rt = sorted(j for j in rt_info if j < len(range_names))
+    if doc_rt and doc_rt != list(range(len(range_names) - len(doc_rt), len(range_names))):
+        raise IndexingMapError(
+            "cannot parse indexing map: symbols with `hlo:` (runtime variables) must come after all range variables"
+        )
+    n_range = len(range_names) - len(doc_rt)
+    dims = [Variable(intervals[i], _default_name(n, "d", i)) for i, n in enumerate(dim_names)]
+    range_vars = [Variable(intervals[num_dims + j], _default_name(range_names[j], "s", j)) for j in range(n_range)]
+    rt_vars = []
+    for j in range(n_range, len(sym_names)):
+        hlo, access = rt_info.get(j, ("", None))
+        prefix, index = ("s", j) if j < len(range_names) else ("rt", j - len(range_names))
+        name = _default_name(sym_names[j], prefix, index)
+        rt_vars.append(RuntimeVar(intervals[num_dims + j], hlo, access, name))
+    return IndexingMap(tuple(results), tuple(dims), tuple(range_vars), tuple(rt_vars), tuple(constraints))
+
+
+def _finish(p: _Parser) -> None:
+    if p.accept("is_simplified"):
+        p.expect(":")
+        if p.token.kind != "ident" or p.token.text not in ("true", "false"):
+            p.fail(f"expected `true` or `false`, got {p.describe()}")
+        p.advance()
+    if p.token.kind != "eof":
+        p.fail(f"unexpected {p.describe()}")
+
+
+def parse_affine_map(text: str) -> AffineMap:
+    """Parse `(d0, d1)[s0] -> (exprs)` (no domain)."""
+    p = _Parser(text, "affine map")
+    dims = p.names("(", ")")
+    syms = p.names("[", "]") if p.at("[") else []
+    result = p.affine_map_tail(dims, syms)
+    _finish(p)
+    return result
+
+
+def parse_affine_expr(
+    text: str, dim_names: Sequence[str] | None = None, symbol_names: Sequence[str] | None = None
+) -> AffineExpr:
+    """Parse one expression. Without names, `d<i>` are dimensions and `s<j>` symbols."""
+    p = _Parser(text, "affine expression")
+    if dim_names is None and symbol_names is None:
+        scope = _AutoScope()
+    else:
+        scope = _scope(dim_names or (), symbol_names or ())
+    e = p.expr(scope)
+    _finish(p)
+    return e
+
+
+class _AutoScope(dict):
+    """Resolves `d<i>` and `s<j>` on demand."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and re.fullmatch(r"[ds]\d+", name) is not None
+
+    def __missing__(self, name: str) -> AffineExpr:
+        index = int(name[1:])
+        return dim(index) if name[0] == "d" else symbol(index)
