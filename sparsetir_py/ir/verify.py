@@ -61,8 +61,8 @@ Rules, in the order they are checked:
   extents, loop and iterator variables are integers, and a loop's (block iterator's) min, extent
   (binding) have its variable's dtype; conditions are bool; binary operands have equal dtypes
   (logic on bool, arithmetic on numbers, `/` not on integers); handles are not used as values;
-  constants have fitting dtypes; calls name an intrinsic of `op.INTRINSICS` with its arity and
-  result dtype.
+  constants (and sparse buffers' default values) fit their dtypes; calls name an intrinsic of
+  `op.INTRINSICS` with its arity and result dtype.
 - `BlockError`: block iterator kinds are "S"/"R"; `init` only on a block with an R iterator;
   block names are unique in the function.
 
@@ -685,6 +685,10 @@ class _FuncVerifier:
             )
 
     def check_sparse_buffer(self, b: SparseBuffer) -> None:
+        v = b.default_value
+        fits = isinstance(v, int | float) and (dt.is_float(b.dtype) or float(v).is_integer())
+        if not fits:
+            self.fail(DtypeError, f"buffer `{b.name}` has default value {v!r}, which is not a {b.dtype}")
         for ax in b.axes:
             if isinstance(ax, Axis) and ax not in self.all_axes:
                 self.fail(UndeclaredAxisError, f"axis `{ax.name}` of buffer `{b.name}` is not declared")

@@ -1257,6 +1257,12 @@ def _dt_int_constant_range():
     return s.func(), "integer constant 2147483648 does not fit in int32"
 
 
+def _dt_default_value():
+    s = Csrmm1()
+    s.buffers.append(SparseBuffer("M", (s.I,), "int32", default_value=0.5))
+    return s.func(), "buffer `M` has default value 0.5, which is not a int32"
+
+
 def _dt_bool_constant():
     s = Csrmm1()
     s.init = IfThenElse(IntImm(2, "bool"), st(s.C, (s.i, s.k), f32(0.0)))
@@ -1286,6 +1292,7 @@ def _dt_bool_constant():
         _dt_iter_var_binding,
         _dt_bool_constant,
         _dt_int_constant_range,
+        _dt_default_value,
     ],
 )
 def test_verify_fail_dtype(case):
