@@ -736,10 +736,13 @@ def _simplify_map(m: IndexingMap) -> IndexingMap:
         before = domain.snapshot()
         if not domain.round():
             return _empty_like(m)
+        if domain.snapshot() != before:
+            continue
+        # Interval reasoning is stable; enumerate what is small enough, and go again if it helped.
+        if not domain.exact():
+            return _empty_like(m)
         if domain.snapshot() == before:
             break
-    if not domain.exact():
-        return _empty_like(m)
     env = domain.env(with_constraints=True)
     results = tuple(simplify_expr(e, env) for e in m.results)
     n, r = m.num_dims, len(m.range_vars)
