@@ -30,6 +30,7 @@ class SparseBuffer(Node):
     data: Var | None = None
     default_value: int | float = 0
     scope: str = "global"
+    value_range: tuple[PrimExpr, PrimExpr] | None = None  # a hint: every stored value lies in [lo, hi]
 
     @property
     def ndim(self) -> int:
@@ -53,6 +54,7 @@ class FlatBuffer(Node):
     data: Var | None = None
     layout: Layout | None = None
     scope: str = "global"
+    value_range: tuple[PrimExpr, PrimExpr] | None = None  # a hint: every stored value lies in [lo, hi]
 
     def __post_init__(self):
         if self.layout is None:

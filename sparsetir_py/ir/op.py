@@ -12,14 +12,17 @@ from dataclasses import dataclass
 class Intrinsic:
     name: str
     nargs: int | None  # None: variadic
-    result: str  # "same" (dtype of the first argument), "bool", "void" or a dtype
+    result: str  # "same" (dtype of the first argument), "argN" (of argument N), "bool", "void" or a dtype
+    buffer_args: tuple[int, ...] = ()  # positions of arguments that are buffers, not expressions
 
 
 INTRINSICS: dict[str, Intrinsic] = {}
 
 
-def register_intrinsic(name: str, nargs: int | None, result: str = "same") -> Intrinsic:
-    intrin = Intrinsic(name, nargs, result)
+def register_intrinsic(
+    name: str, nargs: int | None, result: str = "same", buffer_args: tuple[int, ...] = ()
+) -> Intrinsic:
+    intrin = Intrinsic(name, nargs, result, buffer_args)
     INTRINSICS[name] = intrin
     return intrin
 
@@ -34,10 +37,15 @@ register_intrinsic("pow", 2)
 register_intrinsic("fmod", 2)
 register_intrinsic("syncthreads", 0, "void")
 register_intrinsic("syncwarp", 0, "void")
+# lower_bound(buf, lo, hi, value): the first position p in [lo, hi) of buf's storage (flat, in
+# storage order) with buf[p] >= value, or hi. Coordinate lookups and fused-axis row recovery.
+register_intrinsic("lower_bound", 4, "arg1", buffer_args=(0,))
 
 
 def result_dtype(name: str, arg_dtypes: list[str]) -> str:
     rule = INTRINSICS[name].result
     if rule == "same":
         return arg_dtypes[0]
+    if rule.startswith("arg"):
+        return arg_dtypes[int(rule[3:])]
     return rule

@@ -192,7 +192,7 @@ class ScriptPrinter:
         return f"{self._paren(e.a, left_min)} {e.op} {self._paren(e.b, prec + 1)}", prec
 
     def _call(self, e: Call) -> str:
-        args = [self.expr(a) for a in e.args]
+        args = [self.buf(a) if isinstance(a, SparseBuffer | FlatBuffer) else self.expr(a) for a in e.args]
         intrin = INTRINSICS.get(e.op)
         if intrin is None or result_dtype(e.op, [a.dtype for a in e.args] or ["void"]) != e.dtype:
             args.append(f'dtype="{e.dtype}"')
@@ -271,11 +271,23 @@ class ScriptPrinter:
             if b.data is None:
                 return f'T.alloc_sparse_buffer({self.axes_tuple(b.axes)}, "{b.dtype}", "{b.scope}")'
             default = "" if b.default_value == 0 else f", default_value={b.default_value!r}"
-            return f'T.match_sparse_buffer({self.var(b.data)}, {self.axes_tuple(b.axes)}, "{b.dtype}"{default})'
+            return (
+                f'T.match_sparse_buffer({self.var(b.data)}, {self.axes_tuple(b.axes)}, "{b.dtype}"'
+                f"{default}{self.value_range_kw(b)})"
+            )
         scope = "" if b.scope == "global" else f', scope="{b.scope}"'
         if b.data is None:
             return f'T.alloc_buffer({self.shape_tuple(b.shape)}, "{b.dtype}"{scope}{self.layout_kw(b)})'
-        return f'T.match_buffer({self.var(b.data)}, {self.shape_tuple(b.shape)}, "{b.dtype}"{scope}{self.layout_kw(b)})'
+        return (
+            f'T.match_buffer({self.var(b.data)}, {self.shape_tuple(b.shape)}, "{b.dtype}"{scope}'
+            f"{self.layout_kw(b)}{self.value_range_kw(b)})"
+        )
+
+    def value_range_kw(self, b) -> str:
+        if b.value_range is None:
+            return ""
+        lo, hi = b.value_range
+        return f", value_range=({self.expr(lo)}, {self.expr(hi)})"
 
     # ---------------------------------------------------------------- statements
     def stmt(self, s: Stmt) -> None:

@@ -67,7 +67,7 @@ def sparse_variable(parent, shape, data, idtype="int32", sorted=True):
     _only_in_script("sparse_variable")
 
 
-def match_sparse_buffer(param, axes, dtype="float32", default_value=0):
+def match_sparse_buffer(param, axes, dtype="float32", default_value=0, value_range=None):
     """Values over `axes` passed as the handle parameter `param`."""
     _only_in_script("match_sparse_buffer")
 
@@ -77,7 +77,7 @@ def alloc_sparse_buffer(axes, dtype="float32", scope="global"):
     _only_in_script("alloc_sparse_buffer")
 
 
-def match_buffer(param, shape, dtype="float32", scope="global", layout=None):
+def match_buffer(param, shape, dtype="float32", scope="global", layout=None, value_range=None):
     """A flat (dense) buffer passed as `param`."""
     _only_in_script("match_buffer")
 

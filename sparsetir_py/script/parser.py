@@ -348,7 +348,10 @@ class Parser:
             default = self.literal(args["default_value"])
             if not isinstance(default, int | float) or isinstance(default, bool):
                 raise self.fail(args["default_value"], "`default_value` must be a number")
-            buf = ir.SparseBuffer(target.id, axes, dtype, self.handle_ref(args["param"]), default)
+            value_range = self.value_range_arg(args["value_range"])
+            buf = ir.SparseBuffer(
+                target.id, axes, dtype, self.handle_ref(args["param"]), default, "global", value_range
+            )
         else:
             scope = self.const_str(args["scope"], "scope")
             buf = ir.SparseBuffer(target.id, axes, dtype, None, 0, scope)
@@ -363,9 +366,16 @@ class Parser:
         scope = self.const_str(args["scope"], "scope")
         layout = self.layout_arg(args["layout"], len(shape))
         data = self.handle_ref(args["param"]) if "param" in args else None
-        buf = ir.FlatBuffer(target.id, shape, dtype, data, layout, scope)
+        value_range = self.value_range_arg(args.get("value_range"))
+        buf = ir.FlatBuffer(target.id, shape, dtype, data, layout, scope, value_range)
         self.define(target.id, buf)
         return buf
+
+    def value_range_arg(self, node: Any) -> tuple[PrimExpr, PrimExpr] | None:
+        if node is None:
+            return None
+        lo, hi = self.pair(node, "a pair `(lo, hi)`")
+        return self.index_expr(lo), self.index_expr(hi)
 
     def check(self, node: ast.AST, checker: str, *args) -> None:
         """Run one of the verifier's declaration checks, reporting a failure at `node`."""
@@ -888,8 +898,8 @@ class Parser:
         arg_nodes = args["args"]
         if intrin.nargs is not None and len(arg_nodes) != intrin.nargs:
             raise self.fail(node, f"T.{name} takes {intrin.nargs} arguments, got {len(arg_nodes)}")
-        values = [self.expr(a) for a in arg_nodes]
-        if len(values) == 2:
+        values = [self.buffer_ref(a) if k in intrin.buffer_args else self.expr(a) for k, a in enumerate(arg_nodes)]
+        if len(values) == 2 and not intrin.buffer_args:
             values = list(self.unify(values[0], values[1], node))
         dtype = args["dtype"]
         if dtype is None:
