@@ -269,7 +269,7 @@ class AffineExpr:
     >>> from sparsetir_py.arith import dim
     >>> d0, d1 = dim(0), dim(1)
     >>> str((16 * d0 + 4 * d1 + 3) // 8)
-    '(d1 * 4 + 3) floordiv 8 + d0 * 2'
+    'd0 * 2 + (d1 * 4 + 3) floordiv 8'
     """
 
     terms: tuple[tuple[Atom, int], ...]
