@@ -20,6 +20,7 @@ from .ir import IRModule, Layout, PrimFunc
 from .ir.structural_equal import assert_structural_equal, structural_equal
 from .ir.verify import verify
 from .script import from_script
+from .transform import lower_sparse_iter
 
 __all__ = [
     "CodegenError",
@@ -36,6 +37,7 @@ __all__ = [
     "assert_structural_equal",
     "from_script",
     "interpret",
+    "lower_sparse_iter",
     "ir",
     "script",
     "structural_equal",

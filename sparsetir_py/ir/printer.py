@@ -6,6 +6,7 @@ valid per function, so structurally equal functions may print with different nam
 
 from __future__ import annotations
 
+import json
 import keyword
 import math
 import re
@@ -341,12 +342,14 @@ class ScriptPrinter:
         self.body(s.body)
 
     def dict_text(self, d) -> str:
-        items = [f"{k!r}: {self.value_text(v)}" for k, v in d.items()]
+        items = [f"{self.value_text(k)}: {self.value_text(v)}" for k, v in d.items()]
         return "{" + ", ".join(items) + "}"
 
     def value_text(self, v) -> str:
         if isinstance(v, PrimExpr):
             return self.expr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
         if isinstance(v, tuple):
             inner = ", ".join(self.value_text(x) for x in v)
             return f"({inner},)" if len(v) == 1 else f"({inner})"

@@ -726,6 +726,8 @@ class _FuncVerifier:
                 f"sparse buffer `{buffer.name}` is {what} in a Stage III function; lower_sparse_buffer "
                 "flattens every buffer",
             )
+        if indices is None:  # the whole storage (a search intrinsic's buffer argument)
+            return
         n, ndim = len(indices), buffer.ndim
         if n != ndim and not (self.stage == 3 and n == 1):
             unit = "axes" if isinstance(buffer, SparseBuffer) else "dimensions"
@@ -857,16 +859,23 @@ class _FuncVerifier:
             self.fail(DtypeError, f"cast from {e.value.dtype} to {e.dtype}")
 
     def call(self, e: Call) -> None:
-        for a in e.args:
-            self.expr(a)
         intrin = INTRINSICS.get(e.op)
         if intrin is None:
             self.fail(DtypeError, f"call of unknown intrinsic `{e.op}`")
+        for k, a in enumerate(e.args):
+            if k in intrin.buffer_args:
+                if not isinstance(a, SparseBuffer | FlatBuffer):
+                    self.fail(DtypeError, f"argument {k} of `{e.op}` must be a buffer")
+                self.access(a, None, "searched")
+            else:
+                self.expr(a)
         if intrin.nargs is not None and len(e.args) != intrin.nargs:
             self.fail(DtypeError, f"intrinsic `{e.op}` takes {intrin.nargs} arguments, got {len(e.args)}")
         expected = intrin.result
         if expected == "same":
             expected = e.args[0].dtype if e.args else e.dtype
+        elif expected.startswith("arg"):
+            expected = e.args[int(expected[3:])].dtype
         if e.dtype != expected:
             self.fail(DtypeError, f"call of `{e.op}` has dtype {e.dtype}; expected {expected}")
 

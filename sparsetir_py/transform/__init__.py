@@ -1,0 +1,5 @@
+"""Passes: one module per pass. Each takes a PrimFunc or an IRModule and returns an IRModule."""
+
+from .lower_sparse_iter import lower_sparse_iter
+
+__all__ = ["lower_sparse_iter"]
