@@ -1,7 +1,7 @@
 """sparsetir_py: a Python compiler for sparse tensor programs in the style of SparseTIR.
 
-    import sparsetir_py as sp
-    from sparsetir_py import script as T
+import sparsetir_py as sp
+from sparsetir_py import script as T
 """
 
 from . import ir, script
@@ -20,7 +20,7 @@ from .ir import IRModule, Layout, PrimFunc
 from .ir.structural_equal import assert_structural_equal, structural_equal
 from .ir.verify import verify
 from .script import from_script
-from .transform import lower_sparse_iter
+from .transform import lower_sparse_buffer, lower_sparse_iter
 
 __all__ = [
     "CodegenError",
@@ -37,6 +37,7 @@ __all__ = [
     "assert_structural_equal",
     "from_script",
     "interpret",
+    "lower_sparse_buffer",
     "lower_sparse_iter",
     "ir",
     "script",

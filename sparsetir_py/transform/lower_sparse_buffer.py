@@ -1,0 +1,170 @@
+"""`lower_sparse_buffer`: Stage II (position space) -> Stage III (flat buffers), as SparseTIR.
+
+Every sparse buffer becomes a flat buffer of its storage shape (`(nnz_k, *trailing dense
+extents)`, or the dense shape), and every access becomes one flat offset computed from the
+positions, axis by axis: a dense level multiplies by its length, a fixed sparse level by its
+`nnz_cols`, a variable level jumps through its `indptr`. Dense buffers are flattened through their
+layout (row-major unless `layouts=` says otherwise), so a column-major operand needs no change
+to the script. Offsets are computed in int64 unless the storage size provably fits in int32: the
+size of one level (`nnz` of an int32 axis is checked at run time) or a small constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import LoweringError
+from ..ir import make as mk
+from ..ir.axis import DENSE_FIXED, SPARSE_FIXED
+from ..ir.buffer import FlatBuffer, SparseBuffer
+from ..ir.expr import BufferLoad, Call, IntImm, PrimExpr
+from ..ir.func import IRModule, PrimFunc
+from ..ir.layout import Layout
+from ..ir.node import FrozenDict
+from ..ir.stmt import AtomicAdd, Block, BufferRegion, BufferStore, Range
+from ..ir.visit import map_children
+from .lower_sparse_iter import n_positions
+
+INT32_MAX = 2**31 - 1
+
+
+def storage_shape(buf: SparseBuffer) -> tuple[PrimExpr, ...]:
+    """(nnz of the last sparse/variable axis, *trailing extents), or the dense shape."""
+    last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
+    if last is None:
+        return tuple(a.length for a in buf.axes)
+    size: PrimExpr = n_positions(buf.axes[last])
+    for a in buf.axes[:last]:
+        if a.kind == DENSE_FIXED and a is not buf.axes[last].root() and a not in buf.axes[last].ancestors():
+            size = mk.mul(size, a.length)  # an unrelated dense level in front (rare)
+    return (size, *(a.length for a in buf.axes[last + 1 :]))
+
+
+def _const_size(shape: tuple[PrimExpr, ...]) -> int | None:
+    size = 1
+    for s in shape:
+        if not isinstance(s, IntImm):
+            return None
+        size *= s.value
+    return size
+
+
+def offset_dtype(buf: SparseBuffer | FlatBuffer) -> str:
+    """int32 only where the storage size provably fits; int64 otherwise."""
+    shape = storage_shape(buf) if isinstance(buf, SparseBuffer) else buf.shape
+    size = _const_size(shape)
+    if size is not None:
+        return "int32" if size <= INT32_MAX else "int64"
+    if isinstance(buf, SparseBuffer) and len(shape) == 1:
+        last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
+        if last is not None:
+            return buf.axes[last].idtype  # nnz of that level fits its index dtype (checked at run time)
+    if len(shape) == 1 and shape[0].dtype == "int32":
+        return "int32"
+    return "int64"
+
+
+class BufferFlattening:
+    def __init__(self, func: PrimFunc, layouts: Mapping[str, Layout]):
+        self.func = func
+        self.flat: dict[object, FlatBuffer] = {}
+        self.indptr: dict[object, FlatBuffer] = {}  # axis -> its indptr buffer
+        by_handle = {b.data.name: b for b in func.buffers if b.data is not None}
+        for key in layouts:
+            if key not in by_handle:
+                raise LoweringError(f"layouts: `{key}` is not a buffer parameter of `{func.name}`")
+        self.layouts = dict(layouts)
+
+    def flat_buffer(self, buf) -> FlatBuffer:
+        if buf in self.flat:
+            return self.flat[buf]
+        if isinstance(buf, FlatBuffer):
+            self.flat[buf] = buf
+            return buf
+        layout = self.layouts.get(buf.data.name) if buf.data is not None else None
+        if layout is not None and any(a.kind != DENSE_FIXED for a in buf.axes):
+            raise LoweringError(f"layouts: `{buf.data.name}` is a sparse buffer; layouts apply to dense buffers")
+        shape = storage_shape(buf)
+        if layout is not None and layout.rank != len(shape):
+            raise LoweringError(f"layouts: `{buf.data.name}` has rank {len(shape)} but the layout has {layout.rank}")
+        out = FlatBuffer(buf.name, shape, buf.dtype, buf.data, layout, buf.scope, buf.value_range)
+        self.flat[buf] = out
+        return out
+
+    def indptr_buffer(self, axis) -> FlatBuffer:
+        for b in self.func.buffers:
+            if isinstance(b, FlatBuffer) and b.data is axis.indptr:
+                return b
+        raise LoweringError(f"axis `{axis.name}` has no indptr buffer: run lower_sparse_iter first")
+
+    def offset(self, buf, indices: tuple[PrimExpr, ...]) -> PrimExpr:
+        """The flat element offset of `buf[indices]` (position space)."""
+        flat = self.flat_buffer(buf)
+        dtype = offset_dtype(buf)
+        if isinstance(buf, FlatBuffer) or all(a.kind == DENSE_FIXED for a in buf.axes):
+            if len(indices) == 1:
+                return indices[0]
+            shape = [mk.cast(dtype, s) for s in flat.shape]
+            return flat.layout.offset_expr([mk.cast(dtype, i) for i in indices], shape)
+        off: PrimExpr | None = None
+        for a, idx in zip(buf.axes, indices):
+            idx = mk.cast(dtype, idx)
+            if off is None:
+                off = idx
+            elif a.kind == DENSE_FIXED:
+                off = mk.add(mk.mul(off, mk.cast(dtype, a.length)), idx)
+            elif a.kind == SPARSE_FIXED:
+                off = mk.add(mk.mul(off, mk.cast(dtype, a.nnz_cols)), idx)
+            else:
+                start = BufferLoad(self.indptr_buffer(a), (off,))
+                off = mk.add(mk.cast(dtype, start), idx)
+        return off
+
+    def region(self, r: BufferRegion) -> BufferRegion:
+        flat = self.flat_buffer(r.buffer)
+        if all(isinstance(rg.extent, IntImm) and rg.extent.value == 1 for rg in r.region):
+            point = self.offset(r.buffer, tuple(rg.min for rg in r.region))
+            return BufferRegion(flat, (Range(point, IntImm(1, point.dtype)),))
+        size = flat.shape[0]
+        for s in flat.shape[1:]:
+            size = mk.mul(mk.cast("int64", size), mk.cast("int64", s))
+        return BufferRegion(flat, (Range(IntImm(0, size.dtype), size),))
+
+    def rewrite(self, node):
+        node = map_children(node, self.rewrite)
+        if isinstance(node, BufferLoad):
+            return BufferLoad(self.flat_buffer(node.buffer), (self.offset(node.buffer, node.indices),))
+        if isinstance(node, BufferStore | AtomicAdd):
+            return node.replace(buffer=self.flat_buffer(node.buffer), indices=(self.offset(node.buffer, node.indices),))
+        if isinstance(node, Call) and any(isinstance(a, SparseBuffer | FlatBuffer) for a in node.args):
+            args = tuple(self.flat_buffer(a) if isinstance(a, SparseBuffer | FlatBuffer) else a for a in node.args)
+            return node.replace(args=args)
+        if isinstance(node, Block):
+            return node.replace(
+                reads=tuple(self.region(r) for r in node.reads),
+                writes=tuple(self.region(r) for r in node.writes),
+            )
+        return node
+
+    def run(self) -> PrimFunc:
+        # Regions and accesses still refer to Stage II buffers while rewriting: rewrite bottom-up,
+        # converting each node once, so index expressions are flattened before their parents.
+        body = self.rewrite(self.func.body)
+        buffers = tuple(self.flat_buffer(b) for b in self.func.buffers)
+        attrs = FrozenDict({**self.func.attrs, "stage": 3})
+        return self.func.replace(buffers=buffers, body=body, attrs=attrs)
+
+
+def lower_sparse_buffer(mod: PrimFunc | IRModule, layouts: Mapping[str, Layout] | None = None) -> IRModule:
+    """Flatten every buffer of every Stage II function of `mod` (others pass through).
+
+    `layouts` maps a dense buffer's parameter name to its `Layout` (e.g. column-major
+    `sp.Layout((0, 1))`); the kernel then expects arrays in that layout.
+    """
+    mod = IRModule.from_any(mod)
+    out = {}
+    for name, func in mod.items():
+        if func.stage == 1:
+            raise LoweringError(f"`{func.name}` is at Stage I: run lower_sparse_iter first")
+        out[name] = BufferFlattening(func, layouts or {}).run() if func.stage == 2 else func
+    return IRModule(FrozenDict(out))
