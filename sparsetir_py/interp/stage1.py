@@ -456,9 +456,10 @@ def reduction_updates(body: Stmt) -> list[BufferStore] | None:
 
 
 def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
-    """Run a Stage I function on numpy arrays with its reference (dense) semantics.
+    """Run a function on numpy arrays with its reference semantics.
 
-    Arguments are passed by parameter name or position, as to a kernel, and checked the same
+    Stage I runs with the dense coordinate-space semantics (vectorised over iteration points);
+    Stages II and III run loop by loop (`interp.loops`, small inputs only). Arguments are passed by parameter name or position, as to a kernel, and checked the same
     way (`InputError` names the argument). Outputs are written into the arrays passed.
     """
     if isinstance(func, IRModule):
@@ -468,7 +469,12 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
     if not isinstance(func, PrimFunc):
         raise TypeError(f"interpret expects a PrimFunc, got {type(func).__name__}")
     if func.stage != 1:
-        raise InterpretError(f"interpret runs Stage I functions; `{func.name}` is at stage {func.stage}")
+        from ..transform import lower_sparse_buffer
+        from .loops import run_loops
+
+        flat = lower_sparse_buffer(func)["main"] if func.stage == 2 else func
+        run_loops(flat, bind_arguments(flat, args, kwargs))
+        return
     bound = bind_arguments(func, args, kwargs)
     with np.errstate(all="ignore"):
         Interpreter(func, bound).run(func.body, Frame.unit())
