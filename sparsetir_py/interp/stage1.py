@@ -459,8 +459,9 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
     """Run a function on numpy arrays with its reference semantics.
 
     Stage I runs with the dense coordinate-space semantics (vectorised over iteration points);
-    Stages II and III run loop by loop (`interp.loops`, small inputs only). Arguments are passed by parameter name or position, as to a kernel, and checked the same
-    way (`InputError` names the argument). Outputs are written into the arrays passed.
+    Stages II and III run loop by loop (`interp.loops`, small inputs only). Arguments are passed
+    by parameter name or position, as to a kernel, and checked the same way (`InputError` names
+    the argument). Outputs are written into the arrays passed.
     """
     if isinstance(func, IRModule):
         if "main" not in func and len(func) != 1:
