@@ -279,7 +279,19 @@ def test_int64_structure():
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-6)
 
 
-def test_only_stage_one():
-    f = csrmm.with_attr("stage", 2)
-    with pytest.raises(sp.InterpretError, match="Stage I"):
+def test_every_stage_runs():
+    """Stages II and III run loop by loop and agree with Stage I."""
+    A = random_csr(12, 9, 0.3, 9)
+    B = np.random.default_rng(1).standard_normal((9, 3)).astype(np.float32)
+    stage2 = sp.lower_sparse_iter(csrmm)
+    stage3 = sp.lower_sparse_buffer(stage2)
+    for f in (csrmm, stage2, stage3["main"]):
+        C = np.full((12, 3), np.nan, np.float32)
+        sp.interpret(f, **csrmm_args(A, B, C))
+        np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-6)
+
+
+def test_stage_mislabelled_is_an_error():
+    f = csrmm.with_attr("stage", 3)
+    with pytest.raises(sp.SparseTIRError):
         sp.interpret(f, **good_args())
