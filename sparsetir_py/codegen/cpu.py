@@ -1,0 +1,133 @@
+"""The CPU renderer: one `@numba.njit(parallel=True)` function per Stage III PrimFunc.
+
+What differs from the shared renderer:
+
+- Loops marked `parallel` and loops bound to `blockIdx.*` become `numba.prange` (Numba runs
+  the outermost one across threads; nested ones run serially). Loops bound to `threadIdx.*` and
+  `vthread` become serial loops: the threads of one block run one after another. `vectorized`
+  and `unrolled` loops are plain loops that LLVM vectorises or unrolls.
+- `T.syncthreads()`/`T.syncwarp()` between thread loops are no-ops (the previous thread loop
+  has finished); a barrier inside a thread loop cannot be honoured serially: `CodegenError`.
+- Atomic adds use LLVM's `atomicrmw` (`cpu_intrinsics.atomic_add`), so they are safe in a
+  `prange` loop.
+- Scratch buffers of every scope are zero-filled numpy arrays allocated where the IR allocates
+  them. A `local` buffer used inside a thread or parallel loop must be allocated inside it, and
+  a `shared` one inside the parallel (`prange`) loop, otherwise the serial emulation would share
+  what CUDA gives each thread (block) privately: `CodegenError`.
+- Floating point: `fastmath={"reassoc", "contract"}` by default. `reassoc` lets LLVM reorder
+  float additions, which is what vectorising a reduction (the dot products of SDDMM, the row
+  sums of SpMM) needs; `contract` fuses `a * b + c` into one FMA (one rounding instead of two).
+  Both change results only as a reordering of the same operations would. Never `nnan`/`ninf`
+  (infinities and NaNs in the data must propagate), nor `nsz`/`arcp`/`afn` (they change signed
+  zeros, divisions and math functions). `error_model="numpy"`: float division by zero gives
+  inf/nan as IEEE says, instead of raising.
+
+Options: `fastmath` (True, False or a set of LLVM flags), `parallel` (default True),
+`boundscheck` (default False; True makes an out-of-range access raise IndexError).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..errors import CodegenError
+from ..ir import dtype as dt
+from ..ir.buffer import FlatBuffer
+from ..ir.stmt import AtomicAdd, For
+from .base import BLOCK_TAGS, THREAD_TAGS, Renderer
+
+DEFAULT_FASTMATH = ("contract", "reassoc")
+FASTMATH_FLAGS = ("afn", "arcp", "contract", "fast", "ninf", "nnan", "nsz", "reassoc")
+
+
+def _runs_in_parallel(loop: For) -> bool:
+    return loop.kind == "parallel" or (loop.kind == "thread_binding" and loop.thread in BLOCK_TAGS)
+
+
+def _is_thread_loop(loop: For) -> bool:
+    return loop.kind == "thread_binding" and (loop.thread in THREAD_TAGS or loop.thread == "vthread")
+
+
+class CPURenderer(Renderer):
+    """Stage III -> a Numba CPU kernel (`@numba.njit(parallel=True)` with `numba.prange`)."""
+
+    target: ClassVar[str] = "cpu"
+    OPTIONS: ClassVar[dict[str, Any]] = {"fastmath": DEFAULT_FASTMATH, "parallel": True, "boundscheck": False}
+    LOOP_ITERATORS: ClassVar[dict[str, str]] = {**Renderer.LOOP_ITERATORS, "parallel": "numba.prange"}
+
+    def normalize_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        options = super().normalize_options(options)
+        fastmath = options["fastmath"]
+        if not isinstance(fastmath, bool):
+            flags = tuple(sorted(set(fastmath)))
+            bad = [f for f in flags if f not in FASTMATH_FLAGS]
+            if bad:
+                raise CodegenError(
+                    f"in `build`: unknown fastmath flag {bad[0]!r}; expected True, False or a set of "
+                    f"{', '.join(FASTMATH_FLAGS)}"
+                )
+            fastmath = flags
+        for key in ("parallel", "boundscheck"):
+            if not isinstance(options[key], bool):
+                raise CodegenError(f"in `build`: option `{key}` must be True or False, got {options[key]!r}")
+        return {**options, "fastmath": fastmath}
+
+    def prepare(self) -> None:
+        self.use("numba")
+
+    def decorator(self) -> str:
+        fastmath = self.options["fastmath"]
+        if not isinstance(fastmath, bool):
+            fastmath = "{" + ", ".join(f'"{flag}"' for flag in fastmath) + "}" if fastmath else "False"
+        return (
+            f"@numba.njit(parallel={self.options['parallel']}, fastmath={fastmath}, "
+            f'error_model="numpy", boundscheck={self.options["boundscheck"]}, cache=True)'
+        )
+
+    def thread_loop(self, s: For) -> None:
+        var = self.names.get(s.loop_var, s.loop_var.name)
+        iterator = "numba.prange" if s.thread in BLOCK_TAGS else "range"
+        self.line(f"for {var} in {iterator}({self.range_args(s)}):  # {s.thread}")
+        self.loop_body(s)
+
+    def stmt_atomic_add(self, s: AtomicAdd) -> None:
+        self.use("atomic_add")
+        if len(s.indices) != 1:
+            self.access(s.buffer, s.indices)  # raises the arity error
+        name = self.access_name(s.buffer)
+        self.line(f"atomic_add({name}, {self.expr(s.indices[0])}, {self.expr(s.value)})")
+
+    def barrier(self, op: str) -> None:
+        inside = [f for f in self.loops if _is_thread_loop(f)]
+        if inside:
+            loop = inside[-1]
+            raise CodegenError(
+                f"in `build`: T.{op}() inside loop `{loop.loop_var.name}` bound to {loop.thread}: on the CPU "
+                "the threads of a block run one after another, so a barrier inside a thread loop cannot be "
+                "honoured; split the thread loop at the barrier"
+            )
+        self.line(f"pass  # T.{op}(): the thread loops before it have finished")
+
+    def scratch(self, buf: FlatBuffer) -> str:
+        self.use("np")
+        if buf.dtype not in dt.SCALAR_DTYPES:
+            raise CodegenError(f"in `build`: scratch buffer `{buf.name}` has unsupported dtype {buf.dtype}")
+        dtype = "np.bool_" if buf.dtype == "bool" else f"np.{buf.dtype}"
+        return f"np.zeros({self.expr(self.flat_size(buf))}, dtype={dtype})  # {buf.scope} scratch"
+
+    def check_scratch_use(self, buf: FlatBuffer) -> None:
+        if buf.scope == "global":
+            return
+        for loop in self.loops[self.alloc_depth[buf] :]:
+            private_to = None
+            if _runs_in_parallel(loop):
+                private_to = "parallel iteration"
+            elif buf.scope == "local" and _is_thread_loop(loop):
+                private_to = "thread"
+            if private_to is None:
+                continue
+            raise CodegenError(
+                f"in `build`: {buf.scope} buffer `{buf.name}` is allocated outside loop `{loop.loop_var.name}` "
+                f"({loop.thread or loop.kind}) but used inside it; on the CPU every {private_to} would share "
+                f"it, so allocate it inside the loop"
+            )

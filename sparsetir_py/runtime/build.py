@@ -1,0 +1,116 @@
+"""`sp.build`: Stage III function -> a callable kernel.
+
+    kern = sp.build(mod, target="cpu")        # or "cuda"
+    kern(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=m, n=n, feat=feat, nnz=nnz)
+    kern.source                               # the generated Python source
+
+`build` never touches a GPU and compiles nothing: Numba compiles on the first call (CPU, CUDA) or
+on `kernel.ptx(cc)`. `SPARSETIR_DEBUG=1` reports each build and its cached file, `=2` also prints
+the Stage III IR, `=3` also the generated source.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..codegen import render
+from ..errors import CodegenError
+from ..ir.func import IRModule, PrimFunc
+from .cache import cache_dir, cache_key, import_source, kernel_path, write_source
+from .kernel import CPUKernel, CUDAKernel, Kernel
+
+KERNELS: dict[str, type[Kernel]] = {"cpu": CPUKernel, "cuda": CUDAKernel}
+
+
+def build(
+    mod: PrimFunc | IRModule | Mapping[str, PrimFunc],
+    target: str = "cpu",
+    *,
+    verify: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    **options: Any,
+) -> Kernel:
+    """Generate, cache and import the kernel of a Stage III function.
+
+    Args:
+        mod: a Stage III `PrimFunc`, or an `IRModule` holding one (`"main"`, or its only function).
+        target: `"cpu"` (Numba `@njit(parallel=True)`, the default) or `"cuda"` (`@cuda.jit`).
+        verify: run `sp.verify` on the function first.
+        cache_dir: where generated sources go (default: `runtime.cache.cache_dir()`).
+        **options: target options. CPU: `fastmath` (default `{"reassoc", "contract"}`), `parallel`
+            (True), `boundscheck` (False). CUDA: `fastmath` (False), `lineinfo` (False).
+
+    Returns:
+        a `Kernel` (`CPUKernel` or `CUDAKernel`); call it with the function's arguments.
+
+    Raises:
+        CodegenError: the function is not at Stage III, uses a construct the target cannot run,
+            or an option is unknown.
+    """
+    func = _select_function(mod)
+    if func.stage != 3:
+        raise CodegenError(
+            f"in `build`: `{func.name}` is a Stage {func.stage} function; lower it to Stage III first "
+            "(sp.lower_sparse_iter, then sp.lower_sparse_buffer)"
+        )
+    if verify:
+        from ..ir.verify import verify as verify_func
+
+        verify_func(func)
+    ks = render(func, target, **options)
+    key = cache_key(_script_text(func), target, ks.options, ks.source)
+    directory = Path(cache_dir).expanduser() if cache_dir is not None else _default_cache_dir()
+    path = kernel_path(directory, target, ks.name, key)
+    write_source(path, ks.source)
+    module = import_source(path)
+    kernel = KERNELS[target](ks, getattr(module, ks.name), path)
+    _debug_report(func, kernel)
+    return kernel
+
+
+def _default_cache_dir() -> Path:
+    return cache_dir()
+
+
+def _select_function(mod: PrimFunc | IRModule | Mapping[str, PrimFunc]) -> PrimFunc:
+    if isinstance(mod, PrimFunc):
+        return mod
+    try:
+        mod = IRModule.from_any(mod)
+    except TypeError as e:
+        raise CodegenError(f"in `build`: expected a PrimFunc or an IRModule, got {type(mod).__name__}") from e
+    if "main" in mod:
+        return mod["main"]
+    if len(mod) == 1:
+        return next(iter(mod.functions.values()))
+    raise CodegenError(
+        f"in `build`: the module has {len(mod)} functions ({', '.join(mod)}) and none is named `main`; "
+        "build one function at a time"
+    )
+
+
+def _script_text(func: PrimFunc) -> str:
+    try:
+        return func.script()
+    except Exception:  # an IR the printer cannot show still builds; the source keys the cache too
+        return ""
+
+
+def _debug_level() -> int:
+    try:
+        return int(os.environ.get("SPARSETIR_DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def _debug_report(func: PrimFunc, kernel: Kernel) -> None:
+    level = _debug_level()
+    if level >= 1:
+        print(f"[sparsetir_py] build `{func.name}` for {kernel.target}: {kernel.path}")
+    if level >= 2:
+        print(f"[sparsetir_py] Stage III IR of `{func.name}`:\n{_script_text(func)}")
+    if level >= 3:
+        print(f"[sparsetir_py] generated source ({kernel.path}):\n{kernel.source}")

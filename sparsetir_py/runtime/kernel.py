@@ -1,0 +1,250 @@
+"""Compiled kernels: call a built Stage III function like the PrimFunc it came from.
+
+A kernel takes the function's parameters by name or position. Before running it checks every
+argument with `runtime.args.bind_arguments` (an `InputError` names the bad argument);
+`check_structure=False` skips the O(nnz) checks of indptr/indices. Outputs are written into the
+arrays passed. Numba compiles on the first call (and keeps the result in its on-disk cache).
+
+`CPUKernel` runs the `@numba.njit` function on numpy arrays. `CUDAKernel` launches the
+`@cuda.jit` kernel: numpy arrays are copied to the device and the buffers the function writes
+are copied back; device arrays (Numba's, CuPy's or anything with `__cuda_array_interface__`)
+are used in place, and the call then returns without waiting for the kernel. `kernel.ptx(cc)`
+compiles the kernel to PTX without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..codegen.base import BLOCK_TAGS, THREAD_TAGS, KernelParam, KernelSource
+from ..errors import CodegenError, InputError, SparseTIRError
+from ..ir.axis import Axis
+from ..ir.buffer import FlatBuffer
+from ..ir.expr import Var
+from ..ir.func import PrimFunc
+from .args import BoundArguments, _bind_values, bind_arguments, eval_int, written_buffers
+
+MAX_THREADS_PER_BLOCK = 1024
+
+
+class Kernel:
+    """A built function. Call it with the PrimFunc's arguments; it returns None."""
+
+    def __init__(self, ks: KernelSource, fn: Any, path: Path):
+        self.func: PrimFunc = ks.func
+        self.target: str = ks.target
+        self.source: str = ks.source  #: the generated Python source
+        self.path: Path = path  #: the cached file the source was imported from
+        self.options: dict[str, Any] = dict(ks.options)
+        self.kernel_params: tuple[KernelParam, ...] = ks.params
+        self._ks = ks
+        self._fn = fn  # the Numba dispatcher
+
+    @property
+    def name(self) -> str:
+        return self.func.name
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """Names of the arguments the kernel takes, in order (the PrimFunc's parameters)."""
+        return tuple(p.name for p in self.func.params)
+
+    def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} `{self.name}` target={self.target} {self.path.name}>"
+
+    def _scalar(self, kp: KernelParam, bound: BoundArguments) -> Any:
+        p = kp.obj
+        return np.dtype(p.dtype).type(bound.scalars[p])
+
+
+class CPUKernel(Kernel):
+    """A `@numba.njit(parallel=True)` kernel on numpy arrays."""
+
+    def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
+        """Check the arguments, then run the kernel; outputs are written into the arrays passed."""
+        bound = bind_arguments(self.func, args, kwargs, check_structure=check_structure)
+        values = [
+            bound.buffers[kp.obj] if kp.kind == "buffer" else self._scalar(kp, bound) for kp in self.kernel_params
+        ]
+        self._fn(*values)
+
+
+class CUDAKernel(Kernel):
+    """A `@cuda.jit` kernel; grid and block come from the extents of the bound loops."""
+
+    def __init__(self, ks: KernelSource, fn: Any, path: Path):
+        super().__init__(ks, fn, path)
+        self._ptx: dict[tuple[int, int], str] = {}
+
+    # ---------------------------------------------------------------- launch configuration
+    def launch_config(self, **scalars: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(grid, block) for these scalar arguments (by parameter name).
+
+        Along each of x, y, z the size is the largest extent of the loops bound to
+        `blockIdx`/`threadIdx` there; trailing unused dimensions are dropped ((1,) when none).
+        """
+        values: dict[Var, int | float] = {}
+        for p in self.func.params:
+            if p.name in scalars:
+                values[p] = scalars[p.name]
+        return self._launch(values)
+
+    def _launch(self, scalars: dict[Var, int | float]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        dims: dict[str, int] = {}
+        for tag, extents in self._ks.launch.items():
+            sizes = [eval_int(e, scalars, f"launch extent of {tag}") for e in extents]
+            dims[tag] = max(0, *sizes)
+        grid = _trim([dims.get(tag, 1) for tag in BLOCK_TAGS])
+        block = _trim([dims.get(tag, 1) for tag in THREAD_TAGS])
+        return grid, block
+
+    # ---------------------------------------------------------------- calls
+    def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
+        """Check the arguments, copy numpy arrays to the device, launch, copy written buffers back."""
+        values = _bind_values(self.func, tuple(args), dict(kwargs))
+        device_values = {name: v for name, v in values.items() if _is_device_array(v)}
+        checked = dict(values)
+        structure = _structure_handles(self.func)
+        for name, value in device_values.items():
+            if check_structure and name in structure:
+                checked[name] = _copy_to_host(value)  # the O(nnz) checks read the values
+            else:
+                checked[name] = _stand_in(value)
+        bound = bind_arguments(self.func, (), checked, check_structure=check_structure)
+        grid, block = self._launch(bound.scalars)
+        threads = math.prod(block)
+        if threads > MAX_THREADS_PER_BLOCK:
+            raise InputError(
+                f"`{self.name}` would launch blocks of {block} = {threads} threads; CUDA allows at most "
+                f"{MAX_THREADS_PER_BLOCK}"
+            )
+        cuda = _cuda_for_launch()
+        written = written_buffers(self.func)
+        launch_args, copy_back = [], []
+        for kp in self.kernel_params:
+            if kp.kind == "scalar":
+                launch_args.append(self._scalar(kp, bound))
+                continue
+            buf: FlatBuffer = kp.obj
+            host = bound.buffers[buf]
+            if buf.data is not None and buf.data.name in device_values:
+                launch_args.append(_flat_device_view(cuda, device_values[buf.data.name], host.size, buf))
+                continue
+            dev = cuda.to_device(host)
+            launch_args.append(dev)
+            if buf.data is not None and buf in written:
+                copy_back.append((dev, host))
+        if 0 in grid or 0 in block:
+            return  # an empty launch: no thread would run
+        self._fn[grid, block](*launch_args)
+        for dev, host in copy_back:
+            dev.copy_to_host(host)
+
+    # ---------------------------------------------------------------- PTX
+    def ptx(self, cc: tuple[int, int] = (8, 0)) -> str:
+        """PTX text of the kernel for compute capability `cc`, compiled without a GPU.
+
+        Argument types come from the function: 1-D C-contiguous arrays of the buffers' dtypes and
+        the scalar parameters' dtypes. Not available under the CUDA simulator.
+        """
+        cc = (int(cc[0]), int(cc[1]))
+        if cc in self._ptx:
+            return self._ptx[cc]
+        import numba
+        from numba import config, cuda
+
+        if config.ENABLE_CUDASIM:
+            raise CodegenError("kernel.ptx() needs numba-cuda without the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
+        sig = []
+        for kp in self.kernel_params:
+            nb_type = numba.from_dtype(np.dtype(kp.obj.dtype))
+            sig.append(nb_type[::1] if kp.kind == "buffer" else nb_type)
+        try:
+            ptx, _ = cuda.compile_ptx(
+                self._fn.py_func,
+                tuple(sig),
+                cc=cc,
+                fastmath=self.options.get("fastmath", False),
+                lineinfo=self.options.get("lineinfo", False),
+            )
+        except Exception as e:
+            raise CodegenError(f"PTX compilation of `{self.name}` for sm_{cc[0]}{cc[1]} failed: {e}") from e
+        self._ptx[cc] = ptx
+        return ptx
+
+
+def _trim(sizes: list[int]) -> tuple[int, ...]:
+    while len(sizes) > 1 and sizes[-1] == 1:
+        sizes.pop()
+    return tuple(sizes)
+
+
+def _cuda_for_launch():
+    from numba import config, cuda
+
+    if not config.ENABLE_CUDASIM and not cuda.is_available():
+        raise SparseTIRError(
+            "no CUDA device is available to run the kernel; set NUMBA_ENABLE_CUDASIM=1 (before numba is "
+            "imported) to run it in Numba's CUDA simulator"
+        )
+    return cuda
+
+
+def _is_device_array(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return False
+    return hasattr(value, "__cuda_array_interface__") or hasattr(value, "copy_to_host")
+
+
+def _structure_handles(func: PrimFunc) -> set[str]:
+    names = set()
+    for a in func.axes:
+        if not isinstance(a, Axis):
+            continue
+        for v in (a.indptr, a.indices):
+            if v is not None:
+                names.add(v.name)
+    return names
+
+
+def _copy_to_host(value: Any) -> np.ndarray:
+    if hasattr(value, "copy_to_host"):
+        return value.copy_to_host()
+    if hasattr(value, "get"):  # CuPy
+        return value.get()
+    from numba import cuda
+
+    return cuda.as_cuda_array(value).copy_to_host()
+
+
+def _stand_in(value: Any) -> np.ndarray:
+    """A host array with a device array's dtype, shape and strides but no data, for the checks
+    that only look at metadata (shape, dtype, contiguity). It must never be read."""
+    interface = getattr(value, "__cuda_array_interface__", None)
+    if interface is not None:
+        dtype = np.dtype(interface["typestr"])
+        shape = tuple(int(s) for s in interface["shape"])
+        strides = interface.get("strides")
+    else:
+        dtype, shape, strides = np.dtype(value.dtype), tuple(int(s) for s in value.shape), value.strides
+    if strides is None:  # C-contiguous
+        strides, step = [], dtype.itemsize
+        for extent in reversed(shape):
+            strides.insert(0, step)
+            step *= max(extent, 1)
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=shape, strides=tuple(strides))
+
+
+def _flat_device_view(cuda: Any, value: Any, size: int, buf: FlatBuffer) -> Any:
+    dev = value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
+    if len(dev.shape) == 1:
+        return dev
+    order = "C" if buf.layout.is_row_major() else "F"
+    return dev.reshape(size, order=order)
