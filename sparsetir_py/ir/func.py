@@ -46,6 +46,12 @@ class PrimFunc(Node):
     def with_attr(self, key: str, value) -> PrimFunc:
         return self.replace(attrs=self.attrs.set(key, value))
 
+    def specialize(self, values) -> PrimFunc:
+        """Bind scalar parameters to constants: `f.specialize({"feat": 128})` (see `ir.specialize`)."""
+        from .specialize import specialize
+
+        return specialize(self, values)
+
     def script(self) -> str:
         """Python source of this function as a `@T.prim_func`; `sp.from_script` parses it back."""
         from .printer import script

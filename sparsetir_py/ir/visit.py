@@ -79,3 +79,29 @@ def substitute(node: Node, mapping: dict[Var, Node]) -> Node:
     if not mapping:
         return node
     return post_order_rewrite(node, lambda n: mapping.get(n, n) if isinstance(n, Var) else n)
+
+
+def substitute_deep(node: Node, mapping: dict[Var, Node]) -> Node:
+    """Like `substitute`, but also inside the definitions of axes and buffers.
+
+    An axis or buffer whose fields change is rebuilt once (a new identity) and every use points
+    at the rebuilt one.
+    """
+    memo: dict[int, Node] = {}
+
+    def go(n: Node) -> Node:
+        if isinstance(n, Var):
+            return mapping.get(n, n)
+        if isinstance(n, Axis | SparseBuffer | FlatBuffer):
+            key = id(n)
+            if key not in memo:
+                changes = {}
+                for name, value in n.fields():
+                    new = _map_value(value, go)
+                    if new is not value:
+                        changes[name] = new
+                memo[key] = n.replace(**changes) if changes else n
+            return memo[key]
+        return map_children(n, go)
+
+    return go(node)
