@@ -487,6 +487,18 @@ def _var_slot(e: AffineExpr, num_dims: int) -> int | None:
     return None
 
 
+def _linear_in_one_var(e: AffineExpr, rng: Interval, num_dims: int) -> tuple[int, Interval] | None:
+    """`k * v + c in [lo, hi]` as an interval of `v` (its slot and the interval), else None."""
+    if len(e.terms) != 1 or not isinstance(e.terms[0][0], DimId | SymbolId):
+        return None
+    atom, k = e.terms[0]
+    lo, hi = rng.lo - e.constant, rng.hi - e.constant
+    if k < 0:
+        lo, hi, k = -hi, -lo, -k
+    slot = atom.index if isinstance(atom, DimId) else num_dims + atom.index
+    return slot, Interval(-((-lo) // k), hi // k)
+
+
 def _add_constraint(
     expr: AffineExpr, rng: Interval, bounds: list[Interval], constraints: dict[AffineExpr, Interval], num_dims: int
 ) -> bool:
@@ -495,9 +507,10 @@ def _add_constraint(
         return False
     if expr.is_constant:
         return rng.contains(expr.constant)
-    slot = _var_slot(expr, num_dims)
-    if slot is not None:
-        bounds[slot] = bounds[slot].intersect(rng)
+    linear = _linear_in_one_var(expr, rng, num_dims)
+    if linear is not None:
+        slot, interval = linear
+        bounds[slot] = bounds[slot].intersect(interval)
         return not bounds[slot].is_empty
     if expr in constraints:
         rng = constraints[expr].intersect(rng)
