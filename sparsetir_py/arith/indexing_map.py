@@ -613,26 +613,31 @@ class _Domain:
         return groups
 
     def scan_single_variables(self) -> bool:
+        """Tighten a variable to its first and last values satisfying the constraints on it alone
+        (value by value, at most `_SCAN_LIMIT` values from each end; congruences `(v + k) mod c`
+        are solved directly), and drop those constraints when they hold on the whole interval."""
         for slot, exprs in self._single_variable_groups().items():
-            check = _single_variable_checker(
-                [(e, self.constraints[e]) for e in exprs], slot, self.num_dims, self.num_symbols
-            )
+            items = [(e, self.constraints[e]) for e in exprs]
+            check = _single_variable_checker(items, slot, self.num_dims, self.num_symbols)
             lo, hi = self.bounds[slot]
-            new_lo = next((v for v in range(lo, min(hi, lo + _SCAN_LIMIT - 1) + 1) if check(v)), None)
-            if new_lo is None:
-                if hi - lo + 1 <= _SCAN_LIMIT:
+            if hi - lo + 1 <= _SCAN_LIMIT:
+                feasible = [v for v in range(lo, hi + 1) if check(v)]
+                if not feasible:
                     return False
-                new_lo = lo + _SCAN_LIMIT
-            new_hi = next((v for v in range(hi, max(new_lo, hi - _SCAN_LIMIT + 1) - 1, -1) if check(v)), None)
-            if new_hi is None:
-                new_hi = hi - _SCAN_LIMIT
-            if not self.tighten(slot, Interval(new_lo, new_hi)):
+                new = Interval(feasible[0], feasible[-1])
+            else:
+                new_lo = next((v for v in range(lo, lo + _SCAN_LIMIT) if check(v)), None)
+                new_hi = next((v for v in range(hi, hi - _SCAN_LIMIT, -1) if check(v)), None)
+                new = Interval(lo if new_lo is None else new_lo, hi if new_hi is None else new_hi)
+                for e, r in items:
+                    new = new.intersect(_congruence_bounds(e, r, new))
+            if not self.tighten(slot, new):
                 return False
             lo, hi = self.bounds[slot]
             if hi - lo + 1 > _SCAN_LIMIT:
                 continue
-            for e in exprs:
-                single = _single_variable_checker([(e, self.constraints[e])], slot, self.num_dims, self.num_symbols)
+            for e, r in items:
+                single = _single_variable_checker([(e, r)], slot, self.num_dims, self.num_symbols)
                 if all(single(v) for v in range(lo, hi + 1)):
                     del self.constraints[e]
         return True
@@ -696,6 +701,22 @@ class _Domain:
             if all(single(*p) for p in itertools.product(*ranges)):
                 del self.constraints[expr]
         return True
+
+
+def _congruence_bounds(e: AffineExpr, rng: Interval, bounds: Interval) -> Interval:
+    """For `(v + k) mod c in [r0, r1]`: the first and last `v` in `bounds` that satisfy it."""
+    atom = e.atom
+    if not isinstance(atom, Mod) or len(atom.lhs.terms) != 1 or atom.lhs.terms[0][1] != 1:
+        return bounds
+    c, k = atom.divisor, atom.lhs.constant
+    r0, r1 = max(rng.lo, 0), min(rng.hi, c - 1)
+    if r0 > r1:
+        return Interval.empty()
+    t = (bounds.lo + k) % c
+    lo = bounds.lo if r0 <= t <= r1 else bounds.lo + (r0 - t) % c
+    t = (bounds.hi + k) % c
+    hi = bounds.hi if r0 <= t <= r1 else bounds.hi - (t - r1) % c
+    return Interval(lo, hi)
 
 
 def _crt(m1: int, r1: int, m2: int, r2: int) -> tuple[int, int] | None:
