@@ -19,6 +19,8 @@ from .interp import interpret
 from .ir import IRModule, Layout, PrimFunc
 from .ir.structural_equal import assert_structural_equal, structural_equal
 from .ir.verify import verify
+from .runtime.build import build
+from .schedule import Schedule
 from .script import from_script
 from .transform import lower_sparse_buffer, lower_sparse_iter
 
@@ -31,15 +33,17 @@ __all__ = [
     "Layout",
     "LoweringError",
     "PrimFunc",
+    "Schedule",
     "ScheduleError",
     "SparseTIRError",
     "VerifyError",
     "assert_structural_equal",
+    "build",
     "from_script",
     "interpret",
+    "ir",
     "lower_sparse_buffer",
     "lower_sparse_iter",
-    "ir",
     "script",
     "structural_equal",
     "verify",
