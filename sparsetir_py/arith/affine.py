@@ -695,9 +695,11 @@ def _print_term(atom: Atom, coeff: int, names: _Names) -> str:
 def _print_expr(e: AffineExpr, names: _Names, parens: bool) -> str:
     if not e.terms:
         return str(e.constant)
-    atom0, k0 = e.terms[0]
+    # Canonical order, except that subtracted terms are printed after added ones (`d0 - d1 * 3`).
+    terms = [t for t in e.terms if t[1] > 0] + [t for t in e.terms if t[1] < 0]
+    atom0, k0 = terms[0]
     parts = [_print_term(atom0, k0, names)]
-    for atom, k in e.terms[1:]:
+    for atom, k in terms[1:]:
         if k == 1:
             parts.append(" + " + _print_atom(atom, names, parens=False))
         elif k == -1:
