@@ -30,9 +30,9 @@ def carries_reduction(loop: For) -> bool:
     """Some block under `loop` binds a reduction iterator to an expression of the loop variable."""
     for block in blocks_under(loop.body):
         for iv in block.iter_vars:
-            if iv.kind == "R" and any(n is loop.loop_var for n in walk(iv.value)):
-                if not block.annotations.get("atomic", False):
-                    return True
+            uses_loop = any(n is loop.loop_var for n in walk(iv.value))
+            if iv.kind == "R" and uses_loop and not block.annotations.get("atomic", False):
+                return True
     return False
 
 
@@ -133,6 +133,8 @@ def split(func: PrimFunc, loop: Var, factors: list) -> tuple[PrimFunc, list[Var]
             isinstance(target.extent, IntImm) and isinstance(product, IntImm) and target.extent.value == product.value
         )
     names = [f"{loop.name}_{k}" for k in range(len(known))]
+    if len(known) == 2:
+        names = [f"{loop.name}_outer", f"{loop.name}_inner"]
     new_vars = [Var(n, dtype) for n in names]
     fused: PrimExpr = new_vars[0]
     for v, f in zip(new_vars[1:], known[1:]):

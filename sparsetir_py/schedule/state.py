@@ -41,10 +41,7 @@ def loops_of(func: PrimFunc, block_name: str, primitive: str = "get_loops") -> l
             loops = []
         if isinstance(s, For):
             loops = [*loops, s]
-        for child in _child_stmts(s):
-            if visit(child, loops):
-                return True
-        return False
+        return any(visit(child, loops) for child in _child_stmts(s))
 
     visit(func.body, [])
     return result
