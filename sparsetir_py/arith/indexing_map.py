@@ -92,7 +92,8 @@ class RuntimeVar:
     """A runtime variable: the interval of values it can take, and where its value comes from.
 
     `hlo` describes the producer of the value (XLA's `of1 = s32[] parameter(1)`), and `access`
-    says which element of it is read for a point of the map's domain.
+    says which element of it is read for a point of the map's domain: a map from the dimensions
+    (and the symbols, when it uses any) of the indexing map.
     """
 
     bounds: Interval
@@ -464,7 +465,10 @@ def _move_rt_var(
 ) -> RuntimeVar:
     if var.access is None:
         return var
-    return RuntimeVar(var.bounds, var.hlo, var.access.substitute(dims, symbols, num_dims, num_symbols), var.name)
+    moved = var.access.substitute(dims, symbols, num_dims, num_symbols)
+    if not any(e.symbols_used() for e in moved.results):  # keep `(d0, d1) -> ()` free of unused symbols
+        moved = AffineMap(num_dims, 0, moved.results)
+    return RuntimeVar(var.bounds, var.hlo, moved, var.name)
 
 
 def _make_empty(m: IndexingMap, results, dims, range_vars, rt_vars) -> None:
