@@ -1,1 +1,9 @@
-"""Schedule scripts for SpMM / SDDMM / BSR per target (added with the schedule primitives)."""
+"""Schedule scripts shipped with the project, per operator and target.
+
+A schedule is a function `fn(sch: sp.Schedule) -> None` applied to the Stage II function that
+`lower_sparse_iter` produced; `sp.ops` picks one by default and `schedule=` chooses another.
+"""
+
+from . import sddmm, spmm
+
+__all__ = ["sddmm", "spmm"]

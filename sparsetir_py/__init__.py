@@ -4,7 +4,8 @@ import sparsetir_py as sp
 from sparsetir_py import script as T
 """
 
-from . import ir, script
+from . import ir, ops, script
+from .driver import compile
 from .errors import (
     CodegenError,
     FrontendError,
@@ -39,11 +40,13 @@ __all__ = [
     "VerifyError",
     "assert_structural_equal",
     "build",
+    "compile",
     "from_script",
     "interpret",
     "ir",
     "lower_sparse_buffer",
     "lower_sparse_iter",
+    "ops",
     "script",
     "structural_equal",
     "verify",

@@ -1,0 +1,58 @@
+"""The compilation pipeline, one named pass per line (STYLE 12).
+
+    kernel = sp.compile(func, target="cpu", schedule=my_schedule, specialize={"feat": 64})
+
+`SPARSETIR_DEBUG=1` prints each stage's function name, `=2` the IR after each stage, `=3` also
+the generated source (printed by `build`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from .ir.func import IRModule, PrimFunc
+from .ir.layout import Layout
+from .runtime.build import build
+from .runtime.kernel import Kernel
+from .schedule import Schedule
+from .transform import lower_sparse_buffer, lower_sparse_iter
+
+
+def _debug(stage: str, mod: IRModule) -> None:
+    level = int(os.environ.get("SPARSETIR_DEBUG", "0") or 0)
+    if level >= 1:
+        print(f"[sparsetir_py] {stage}: {', '.join(mod)}")
+    if level >= 2:
+        for func in mod.functions.values():
+            print(func.script())
+
+
+def compile(
+    func: PrimFunc | IRModule,
+    target: str = "cpu",
+    *,
+    schedule: Callable[[Schedule], None] | None = None,
+    specialize: Mapping[str, int] | None = None,
+    layouts: Mapping[str, Layout] | None = None,
+) -> Kernel:
+    """Stage I function -> kernel for `target`, through the three stages."""
+    mod = IRModule.from_any(func)
+    if specialize:
+        # Bind sizes first, so loop extents are constants for the schedule and the code generator.
+        mod = IRModule.from_any({k: f.specialize(specialize) for k, f in mod.items()})
+    _debug("Stage I", mod)
+    # Coordinate space -> position space: loops, blocks, aux buffers, binary searches.
+    mod = lower_sparse_iter(mod)
+    _debug("Stage II", mod)
+    if schedule is not None:
+        # Schedule primitives work on Stage II (splits, bindings, parallel loops).
+        sch = Schedule(mod)
+        schedule(sch)
+        mod = sch.mod
+        _debug("Stage II, scheduled", mod)
+    # Every buffer flat, every access an explicit offset (dense buffers through their layouts).
+    mod = lower_sparse_buffer(mod, layouts)
+    _debug("Stage III", mod)
+    # Stage III -> Python source -> Numba kernel (compiled lazily, cached on disk).
+    return build(mod, target)

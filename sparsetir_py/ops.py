@@ -1,0 +1,185 @@
+"""Ready-made operators on scipy sparse matrices, compiled through the project's own pipeline.
+
+    C = sp.ops.spmm(A, B)                  # A @ B, a numpy array
+    S = sp.ops.sddmm(A, X, Y)              # A's structure, values A * (X @ Y.T) (explicit zeros kept)
+
+Kernels are cached per (operator, format, value dtype, index dtype, target, feature width,
+schedule), so calling again with new values does not recompile. The O(nnz) structure check runs
+once per matrix structure: a record keyed on the identity of `indptr`/`indices` (held weakly)
+and the shape remembers what was checked. Mutating those arrays in place afterwards is not
+detected.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse
+
+from . import script as T
+from .driver import compile as compile_pipeline
+from .errors import InputError
+from .ir.func import PrimFunc
+from .runtime.kernel import Kernel
+
+_KERNELS: dict[tuple, Kernel] = {}
+_CHECKED: dict[tuple, tuple] = {}
+
+
+def spmm_script(idtype: str = "int32", dtype: str = "float32") -> PrimFunc:
+    """C = A @ B with A in CSR (the script of DESIGN.md §3)."""
+
+    @T.prim_func
+    def csrmm(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.handle,
+              m: T.int32, n: T.int32, feat: T.int32, nnz: T.int64):  # fmt: skip
+        I = T.dense_fixed(m, idtype)
+        J = T.sparse_variable(I, (n, nnz), (indptr, indices), idtype)
+        J_detach = T.dense_fixed(n, idtype)
+        K = T.dense_fixed(feat, idtype)
+        A = T.match_sparse_buffer(a, (I, J), dtype)
+        B = T.match_sparse_buffer(b, (J_detach, K), dtype)
+        C = T.match_sparse_buffer(c, (I, K), dtype)
+        with T.sp_iter([I, J, K], "SRS", "csrmm") as [i, j, k]:
+            with T.init():
+                C[i, k] = 0.0
+            C[i, k] = C[i, k] + A[i, j] * B[j, k]
+
+    return csrmm
+
+
+def sddmm_script(idtype: str = "int32", dtype: str = "float32") -> PrimFunc:
+    """C[i, j] = A[i, j] * sum_k X[i, k] * Y[j, k] over A's nonzeros."""
+
+    @T.prim_func
+    def sddmm(a: T.handle, x: T.handle, y: T.handle, c: T.handle, indptr: T.handle, indices: T.handle,
+              m: T.int32, n: T.int32, feat: T.int32, nnz: T.int64):  # fmt: skip
+        I = T.dense_fixed(m, idtype)
+        J = T.sparse_variable(I, (n, nnz), (indptr, indices), idtype)
+        J_detach = T.dense_fixed(n, idtype)
+        K = T.dense_fixed(feat, idtype)
+        A = T.match_sparse_buffer(a, (I, J), dtype)
+        X = T.match_sparse_buffer(x, (I, K), dtype)
+        Y = T.match_sparse_buffer(y, (J_detach, K), dtype)
+        C = T.match_sparse_buffer(c, (I, J), dtype)
+        with T.sp_iter([I, J, K], "SSR", "sddmm") as [i, j, k]:
+            with T.init():
+                C[i, j] = 0.0
+            C[i, j] = C[i, j] + A[i, j] * X[i, k] * Y[j, k]
+
+    return sddmm
+
+
+SCRIPTS = {"spmm": spmm_script, "sddmm": sddmm_script}
+
+
+# -------------------------------------------------------------------- inputs
+def _value_dtype(*dtypes) -> np.dtype:
+    for d in dtypes:
+        if np.issubdtype(d, np.complexfloating):
+            raise InputError(f"complex values ({d}) are not supported")
+    if all(np.dtype(d) == np.float32 for d in dtypes):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def _as_csr(A, name: str = "A") -> scipy.sparse.csr_matrix:
+    """A canonical CSR view of `A` (sorted, no duplicates); `A` itself when it already is one."""
+    if not (scipy.sparse.issparse(A)):
+        raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
+    if A.ndim != 2:
+        raise InputError(f"`{name}` must be 2-D, got {A.ndim}-D")
+    csr = A.tocsr()
+    if not csr.has_canonical_format:
+        csr = csr.copy()
+        csr.sum_duplicates()
+    if csr.indptr.dtype != csr.indices.dtype:
+        csr = scipy.sparse.csr_matrix((csr.data, csr.indices.astype(np.int64), csr.indptr.astype(np.int64)),
+                                      shape=csr.shape)  # fmt: skip
+    return csr
+
+
+def _dense(X, name: str, rows: int, dtype: np.dtype) -> np.ndarray:
+    arr = np.asarray(X)
+    if arr.ndim != 2:
+        raise InputError(f"`{name}` must be a 2-D array, got shape {arr.shape}")
+    if arr.shape[0] != rows:
+        raise InputError(f"`{name}` must have {rows} rows, got {arr.shape[0]}")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def _structure_checked(csr) -> bool:
+    """Whether this exact structure (same indptr/indices objects, same shape) passed the check."""
+    key = (id(csr.indptr), id(csr.indices), csr.shape)
+    entry = _CHECKED.get(key)
+    return entry is not None and entry[0]() is csr.indptr and entry[1]() is csr.indices
+
+
+def _remember_structure(csr) -> None:
+    key = (id(csr.indptr), id(csr.indices), csr.shape)
+    _CHECKED[key] = (weakref.ref(csr.indptr), weakref.ref(csr.indices))
+
+
+def _kernel(op: str, target: str, idtype: str, dtype: str, feat: int, schedule) -> Kernel:
+    schedule = schedule if schedule is not None else _default_schedule(op, target)
+    key = (op, "csr", dtype, idtype, target, feat, schedule)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        func = SCRIPTS[op](idtype, dtype)
+        kernel = compile_pipeline(func, target, schedule=schedule, specialize={"feat": feat})
+        _KERNELS[key] = kernel
+    return kernel
+
+
+def _default_schedule(op: str, target: str) -> Callable:
+    from schedules import sddmm as sddmm_schedules
+    from schedules import spmm as spmm_schedules
+
+    table = {"spmm": spmm_schedules.DEFAULT, "sddmm": sddmm_schedules.DEFAULT}[op]
+    if target not in table:
+        raise InputError(f"unknown target {target!r}: expected one of {', '.join(table)}")
+    return table[target]
+
+
+def _run(kernel: Kernel, csr, **arrays) -> None:
+    checked = _structure_checked(csr)
+    kernel(**arrays, check_structure=not checked)
+    if not checked:
+        _remember_structure(csr)
+
+
+# -------------------------------------------------------------------- operators
+def spmm(A, B, format: str = "csr", target: str = "cpu", schedule: Callable | None = None) -> np.ndarray:
+    """`A @ B` for a scipy sparse `A` and a dense `B`, with a kernel generated by the pipeline."""
+    if format != "csr":
+        raise InputError(f"format {format!r} is not available yet; use format='csr'")
+    csr = _as_csr(A)
+    dtype = _value_dtype(csr.dtype, np.asarray(B).dtype)
+    m, n = csr.shape
+    B = _dense(B, "B", n, dtype)
+    feat = B.shape[1]
+    idtype = str(csr.indices.dtype)
+    kernel = _kernel("spmm", target, idtype, str(dtype), feat, schedule)
+    C = np.empty((m, feat), dtype=dtype)
+    data = np.ascontiguousarray(csr.data, dtype=dtype)
+    _run(kernel, csr, a=data, b=B, c=C, indptr=csr.indptr, indices=csr.indices, m=m, n=n, nnz=csr.nnz)
+    return C
+
+
+def sddmm(A, X, Y, target: str = "cpu", schedule: Callable | None = None) -> scipy.sparse.csr_matrix:
+    """A CSR matrix with A's structure (explicit zeros kept) and values `A.multiply(X @ Y.T)`."""
+    csr = _as_csr(A)
+    m, n = csr.shape
+    dtype = _value_dtype(csr.dtype, np.asarray(X).dtype, np.asarray(Y).dtype)
+    X = _dense(X, "X", m, dtype)
+    Y = _dense(Y, "Y", n, dtype)
+    if X.shape[1] != Y.shape[1]:
+        raise InputError(f"`X` and `Y` must have the same number of columns, got {X.shape[1]} and {Y.shape[1]}")
+    feat = X.shape[1]
+    idtype = str(csr.indices.dtype)
+    kernel = _kernel("sddmm", target, idtype, str(dtype), feat, schedule)
+    out = np.empty(csr.nnz, dtype=dtype)
+    data = np.ascontiguousarray(csr.data, dtype=dtype)
+    _run(kernel, csr, a=data, x=X, y=Y, c=out, indptr=csr.indptr, indices=csr.indices, m=m, n=n, nnz=csr.nnz)
+    return scipy.sparse.csr_matrix((out, csr.indices, csr.indptr), shape=csr.shape)
