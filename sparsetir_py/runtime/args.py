@@ -271,9 +271,16 @@ def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None,
     return bound
 
 
-def written_buffers(func: PrimFunc) -> set:
-    """Buffers that the function stores to."""
+_WRITTEN: dict[int, tuple[PrimFunc, frozenset]] = {}
+
+
+def written_buffers(func: PrimFunc) -> frozenset:
+    """Buffers that the function stores to (computed once per function object)."""
     from ..ir.stmt import AtomicAdd, BufferStore
     from ..ir.visit import walk
 
-    return {n.buffer for n in walk(func.body) if isinstance(n, BufferStore | AtomicAdd)}
+    entry = _WRITTEN.get(id(func))
+    if entry is None or entry[0] is not func:
+        written = frozenset(n.buffer for n in walk(func.body) if isinstance(n, BufferStore | AtomicAdd))
+        entry = _WRITTEN[id(func)] = (func, written)
+    return entry[1]
