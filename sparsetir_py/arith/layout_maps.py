@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .affine import AffineExpr, Interval, dim
@@ -77,6 +78,24 @@ def linearize_map(shape: Sequence[int], layout: Layout | None = None) -> Indexin
     >>> str(linearize_map((2, 3), Layout((0, 1))))
     '(d0, d1) -> (d1 * 2 + d0), domain: d0 in [0, 1], d1 in [0, 2]'
     """
+    return _linearize_map(_check_shape(shape), layout)
+
+
+def delinearize_map(shape: Sequence[int], layout: Layout | None = None) -> IndexingMap:
+    """`(d0) -> (e0, ..., e<n-1>)`: which element of `shape` an offset of the flat buffer holds.
+
+    The domain holds exactly the offsets of elements (padding offsets of the `size`-element
+    buffer are cut out by constraints): the map is the inverse of `linearize_map` on it.
+
+    >>> str(delinearize_map((4, 8)))
+    '(d0) -> (d0 floordiv 8, d0 mod 8), domain: d0 in [0, 31]'
+    """
+    return _delinearize_map(_check_shape(shape), layout)
+
+
+@lru_cache(maxsize=256)
+def _linearize_map(shape: tuple[int, ...], layout: Layout | None) -> IndexingMap:
+    """The cached worker of the public function of the same name."""
     shape = _check_shape(shape)
     levels = physical_levels(shape, layout)
     order = tuple(range(len(shape) - 1, -1, -1)) if layout is None else layout.minor_to_major
@@ -95,15 +114,9 @@ def linearize_map(shape: Sequence[int], layout: Layout | None = None) -> Indexin
     return IndexingMap((offset,), tuple(Interval(0, n - 1) for n in shape)).simplify()
 
 
-def delinearize_map(shape: Sequence[int], layout: Layout | None = None) -> IndexingMap:
-    """`(d0) -> (e0, ..., e<n-1>)`: which element of `shape` an offset of the flat buffer holds.
-
-    The domain holds exactly the offsets of elements (padding offsets of the `size`-element
-    buffer are cut out by constraints): the map is the inverse of `linearize_map` on it.
-
-    >>> str(delinearize_map((4, 8)))
-    '(d0) -> (d0 floordiv 8, d0 mod 8), domain: d0 in [0, 31]'
-    """
+@lru_cache(maxsize=256)
+def _delinearize_map(shape: tuple[int, ...], layout: Layout | None) -> IndexingMap:
+    """The cached worker of the public function of the same name."""
     shape = _check_shape(shape)
     levels = physical_levels(shape, layout)
     order = tuple(range(len(shape) - 1, -1, -1)) if layout is None else layout.minor_to_major
