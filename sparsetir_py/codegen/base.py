@@ -278,7 +278,7 @@ class Renderer:
             for helper in sorted(self.helpers):
                 for line in LOWER_BOUND_SOURCE.splitlines() if helper == "lower_bound" else ():
                     out.line(line)
-                out.line("")
+                out.lines.append("")
         out.lines.extend(self.body.lines)
         return KernelSource(
             func=func,

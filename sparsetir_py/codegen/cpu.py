@@ -34,6 +34,7 @@ from ..errors import CodegenError
 from ..ir import dtype as dt
 from ..ir.buffer import FlatBuffer
 from ..ir.stmt import AtomicAdd, For
+from ..ir.visit import walk
 from .base import BLOCK_TAGS, THREAD_TAGS, Renderer
 
 DEFAULT_FASTMATH = ("contract", "reassoc")
@@ -74,13 +75,15 @@ class CPURenderer(Renderer):
 
     def prepare(self) -> None:
         self.use("numba")
+        # Numba warns about parallel=True on a function with no prange loop.
+        self.has_prange = any(isinstance(n, For) and _runs_in_parallel(n) for n in walk(self.func.body))
 
     def decorator(self) -> str:
         fastmath = self.options["fastmath"]
         if not isinstance(fastmath, bool):
             fastmath = "{" + ", ".join(f'"{flag}"' for flag in fastmath) + "}" if fastmath else "False"
         return (
-            f"@numba.njit(parallel={self.options['parallel']}, fastmath={fastmath}, "
+            f"@numba.njit(parallel={self.options['parallel'] and self.has_prange}, fastmath={fastmath}, "
             f'error_model="numpy", boundscheck={self.options["boundscheck"]}, cache=True)'
         )
 
