@@ -182,4 +182,4 @@ def sddmm(A, X, Y, target: str = "cpu", schedule: Callable | None = None) -> sci
     out = np.empty(csr.nnz, dtype=dtype)
     data = np.ascontiguousarray(csr.data, dtype=dtype)
     _run(kernel, csr, a=data, x=X, y=Y, c=out, indptr=csr.indptr, indices=csr.indices, m=m, n=n, nnz=csr.nnz)
-    return scipy.sparse.csr_matrix((out, csr.indices, csr.indptr), shape=csr.shape)
+    return scipy.sparse.csr_matrix((out, csr.indices, csr.indptr), shape=csr.shape, copy=False)

@@ -1,0 +1,89 @@
+"""sp.ops.spmm / sp.ops.sddmm: results equal scipy on real and random matrices, any dtype and
+index width scipy produces; kernels are cached; the structure is checked once per structure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+from hypothesis import given, settings
+from strategies import csr_matrices
+
+import sparsetir_py as sp
+from sparsetir_py import ops
+from sparsetir_py.data import load_matrix
+
+
+def sddmm_reference(A, X, Y):
+    A = A.tocsr()
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    return A.data * np.einsum("ij,ij->i", X[rows].astype(np.float64), Y[A.indices].astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ["cora", "citeseer", "email-Eu-core", "lp_afiro"])
+def test_spmm_and_sddmm_on_real_graphs(name):
+    A = load_matrix(name)
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((A.shape[1], 16)).astype(np.float32)
+    np.testing.assert_allclose(ops.spmm(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    X = rng.standard_normal((A.shape[0], 16)).astype(np.float32)
+    S = ops.sddmm(A, X, B)
+    assert isinstance(S, sps.csr_matrix)
+    assert np.array_equal(S.indptr, A.indptr) and np.array_equal(S.indices, A.indices)  # A's structure
+    np.testing.assert_allclose(S.data, sddmm_reference(A, X, B), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(A=csr_matrices(max_rows=30, max_cols=30))
+def test_random_matrices_any_index_width_and_dtype(A):
+    rng = np.random.default_rng(1)
+    B = rng.standard_normal((A.shape[1], 5)).astype(A.dtype)
+    C = ops.spmm(A, B)
+    assert C.dtype == A.dtype
+    np.testing.assert_allclose(C, A.toarray().astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    X = rng.standard_normal((A.shape[0], 5)).astype(A.dtype)
+    np.testing.assert_allclose(ops.sddmm(A, X, B).data, sddmm_reference(A, X, B), rtol=1e-4, atol=1e-4)
+
+
+def test_other_scipy_formats_dtypes_and_duplicates():
+    """COO with duplicates, int values, float64 dense operand: converted, summed, promoted."""
+    rows = np.array([0, 0, 1, 3, 3, 3])
+    cols = np.array([1, 1, 2, 0, 4, 4])
+    A = sps.coo_matrix((np.arange(1, 7), (rows, cols)), shape=(4, 5))
+    B = np.arange(10, dtype=np.float64).reshape(5, 2)
+    C = ops.spmm(A, B)
+    assert C.dtype == np.float64
+    np.testing.assert_allclose(C, A.toarray() @ B)
+
+
+def test_kernel_cache_and_structure_record():
+    A = load_matrix("karate")
+    B = np.ones((A.shape[1], 3), np.float32)
+    ops.spmm(A, B)
+    n_kernels = len(ops._KERNELS)
+    ops.spmm(A, B * 2)
+    assert len(ops._KERNELS) == n_kernels  # same sizes and dtypes: no new kernel
+    assert ops._structure_checked(A)  # same indptr/indices objects: not checked again
+    ops.spmm(A, np.ones((A.shape[1], 4), np.float32))
+    assert len(ops._KERNELS) == n_kernels + 1  # a new feature width is a new specialisation
+
+
+def test_bad_inputs():
+    A = load_matrix("karate")
+    with pytest.raises(sp.InputError, match="`B` must have 34 rows"):
+        ops.spmm(A, np.ones((3, 2), np.float32))
+    with pytest.raises(sp.InputError, match="scipy sparse matrix"):
+        ops.spmm(A.toarray(), np.ones((34, 2), np.float32))
+    with pytest.raises(sp.InputError, match="same number of columns"):
+        ops.sddmm(A, np.ones((34, 2), np.float32), np.ones((34, 3), np.float32))
+    with pytest.raises(sp.InputError, match="format"):
+        ops.spmm(A, np.ones((34, 2), np.float32), format="bsr")
+
+
+def test_malformed_csr_is_an_input_error():
+    """A CSR whose indices are out of range is refused before any kernel runs."""
+    A = load_matrix("karate").copy()
+    A.indices = A.indices.copy()
+    A.indices[3] = 99
+    with pytest.raises(sp.InputError, match="indices"):
+        ops.spmm(A, np.ones((34, 2), np.float32))
