@@ -121,6 +121,8 @@ def _delinearize_map(shape: tuple[int, ...], layout: Layout | None) -> IndexingM
     levels = physical_levels(shape, layout)
     order = tuple(range(len(shape) - 1, -1, -1)) if layout is None else layout.minor_to_major
     size = _storage_size(shape, layout)
+    if 0 in shape:  # no elements: the canonical empty map
+        return IndexingMap((0,) * len(shape), (Interval(0, size - 1),), known_empty=True)
     offset = dim(0)
     last = levels[-1]
     coords: list[AffineExpr] = []

@@ -743,3 +743,54 @@ def test_numpy_fusions():
     )
     for d, _, idx in points(m):
         assert root[d] == np.exp(x[idx])
+
+
+# --- compositions from XLA's indexing-analysis tests ------------------------------------------
+
+
+def test_slice_of_concatenate():
+    """A strided slice of a concatenation reads each input on part of its domain, or not at all."""
+    shapes = [[2, 5, 7], [2, 11, 7], [2, 17, 7]]
+    every_third = slice_out_to_in([0, 0, 0], [2, 33, 7], [1, 3, 1])
+    got = [concat_out_to_in(shapes, 1, k).compose(every_third).simplify() for k in range(3)]
+    assert got == [
+        doc("(d0, d1, d2) -> (d0, d1 * 3, d2), domain: d0 in [0, 1], d1 in [0, 1], d2 in [0, 6]"),
+        doc("(d0, d1, d2) -> (d0, d1 * 3 - 5, d2), domain: d0 in [0, 1], d1 in [2, 5], d2 in [0, 6]"),
+        doc("(d0, d1, d2) -> (d0, d1 * 3 - 16, d2), domain: d0 in [0, 1], d1 in [6, 10], d2 in [0, 6]"),
+    ]
+    first_five = slice_out_to_in([0, 0, 0], [2, 5, 7], [1, 2, 1])
+    got = [concat_out_to_in(shapes, 1, k).compose(first_five) for k in range(3)]
+    assert (
+        str(got[0].simplify()) == "(d0, d1, d2) -> (d0, d1 * 2, d2), domain: d0 in [0, 1], d1 in [0, 2], d2 in [0, 6]"
+    )
+    assert got[1].is_empty() and got[2].is_empty()
+
+
+def test_reshape_of_concatenate():
+    """XLA keeps `d0 * 8 + d1 in [0, 1]`; the bounds it implies make the map simpler here."""
+    shapes = [[2], [30]]
+    expand = reshape_map([32], [4, 8])
+    first = concat_out_to_in(shapes, 0, 0).compose(expand).simplify()
+    assert str(first) == "(d0, d1) -> (d1), domain: d0 in [0, 0], d1 in [0, 1]"
+    second = concat_out_to_in(shapes, 0, 1).compose(expand).simplify()
+    assert second == doc("(d0, d1) -> (d0 * 8 + d1 - 2), domain: d0 in [0, 3], d1 in [0, 7], d0 * 8 + d1 in [2, 31]")
+
+
+def test_slice_of_slice_and_reduce_of_reduce():
+    inner = slice_out_to_in([5, 0, 50], [21, 64, 434], [1, 2, 3])
+    outer = slice_out_to_in([3, 4, 5], [16, 30, 100], [2, 3, 4])
+    same(
+        inner.compose(outer),
+        "(d0, d1, d2) -> (d0 * 2 + 8, d1 * 6 + 8, d2 * 12 + 65), domain: d0 in [0, 6], d1 in [0, 8], d2 in [0, 23]",
+    )
+    first = reduce_out_to_in([150, 20, 10, 50], [0, 3])
+    second = reduce_out_to_in([20, 10], [0])
+    same(
+        first.compose(second),
+        "(d0)[s0, s1, s2] -> (s0, s2, d0, s1), domain: d0 in [0, 9], s0 in [0, 149], s1 in [0, 49], s2 in [0, 19]",
+    )
+
+
+def test_collapse_of_expand_and_expand_of_collapse():
+    assert reshape_map([128], [8, 16]).compose(reshape_map([8, 16], [128])).simplify().is_identity()
+    assert reshape_map([8, 16], [128]).compose(reshape_map([128], [8, 16])).simplify().is_identity()
