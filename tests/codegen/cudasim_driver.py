@@ -160,6 +160,30 @@ def _traceback() -> None:
         raise AssertionError("an out-of-bounds read was not reported")
 
 
+SIBLINGS = """
+@T.prim_func
+def siblings(a: T.handle, b: T.handle, n: T.int32, k: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (k,), "float32")
+    for t in T.thread_binding(n, thread="threadIdx.x"):
+        A[t] = T.float32(t)
+    for u in T.thread_binding(k, thread="threadIdx.x"):
+        B[u] = T.float32(u) * T.float32(2)
+"""
+
+
+@check("guards/sibling_thread_loops")
+def _siblings() -> None:
+    # Launched with max(n, k) threads: without the guards the shorter loop writes out of bounds.
+    kernel = build(K._parse(SIBLINGS), "cuda", cache_dir=K.kernel_cache_dir())
+    for n, k in [(3, 5), (5, 3)]:
+        a, b = np.full(n, np.nan, np.float32), np.full(k, np.nan, np.float32)
+        kernel(a=a, b=b, n=n, k=k)
+        np.testing.assert_array_equal(a, np.arange(n))
+        np.testing.assert_array_equal(b, np.arange(k) * 2)
+
+
 def register_corpus() -> None:
     import corpus
 

@@ -1,0 +1,300 @@
+"""The CUDA backend without a GPU: rendering rules, launch configuration, PTX for sm_80/sm_90.
+
+The kernels also run in Numba's CUDA simulator, in another process (test_codegen_cudasim.py):
+the simulator must be switched on before numba.cuda is imported, and PTX needs the real one.
+Tests that need a real GPU skip when there is none.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+import pytest
+import stage3_kernels as K
+
+import sparsetir_py as sp
+from sparsetir_py.codegen import render
+
+CASE_NAMES = [case.name for case in K.CASES]
+
+
+@functools.cache
+def ptx_unavailable() -> str | None:
+    """Why PTX cannot be compiled here (None when it can)."""
+    import numba
+
+    if numba.config.ENABLE_CUDASIM:
+        return "NUMBA_ENABLE_CUDASIM is set: PTX needs the real numba-cuda"
+    try:
+        from numba import cuda
+
+        cuda.compile_ptx(lambda a: None, (numba.float32[::1],), cc=(8, 0))
+    except Exception as e:  # no NVVM / nvrtc wheels
+        return f"numba-cuda cannot compile PTX here: {type(e).__name__}: {e}"
+    return None
+
+
+@functools.cache
+def gpu_available() -> bool:
+    import numba
+
+    if numba.config.ENABLE_CUDASIM:
+        return False
+    from numba import cuda
+
+    return cuda.is_available()
+
+
+needs_ptx = pytest.mark.skipif("ptx_unavailable() is not None", reason="PTX compilation unavailable")
+needs_gpu = pytest.mark.skipif("not gpu_available()", reason="needs a CUDA GPU (none found)")
+
+
+def source(name: str, **options) -> str:
+    return render(K.CASES_BY_NAME[name].func("cuda"), "cuda", **options).source
+
+
+# ----------------------------------------------------------------------------------------------
+# PTX
+# ----------------------------------------------------------------------------------------------
+
+
+@needs_ptx
+@pytest.mark.parametrize("cc", [(8, 0), (9, 0)], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_ptx(name, cc):
+    ptx = K.build_case(name, "cuda").ptx(cc=cc)
+    assert f".target sm_{cc[0]}{cc[1]}" in ptx
+    entries = re.findall(r"\.visible \.entry (\S+)\(", ptx)
+    assert len(entries) == 1 and name in entries[0]
+
+
+@needs_ptx
+def test_ptx_uses_the_device_intrinsics():
+    ptx = K.build_case("colsum", "cuda").ptx()
+    assert "atom.global.add.f32" in ptx and "atom.global.add.u32" in ptx
+    assert "bar.sync" in K.build_case("rowsum", "cuda").ptx()
+    assert ".shared" in K.build_case("rowsum", "cuda").ptx()
+
+
+@needs_ptx
+def test_ptx_int64_float64():
+    ptx = K.build_case("csrmm", "cuda", "int64", "float64").ptx(cc=(9, 0))
+    assert ".target sm_90" in ptx and "f64" in ptx
+
+
+@needs_ptx
+def test_ptx_is_cached_per_compute_capability():
+    kernel = K.build_case("csrmm", "cuda")
+    assert kernel.ptx((8, 0)) is kernel.ptx((8, 0))
+    assert kernel.ptx((8, 0)) != kernel.ptx((9, 0))
+
+
+@needs_ptx
+def test_ptx_failure_is_a_codegen_error():
+    with pytest.raises(sp.CodegenError, match="PTX compilation of `csrmm` for sm_35 failed"):
+        K.build_case("csrmm", "cuda").ptx((3, 5))
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch configuration and thread loops
+# ----------------------------------------------------------------------------------------------
+
+
+def test_launch_from_bound_loop_extents():
+    assert K.build_case("csrmm", "cuda").launch_config(m=7, feat=4) == ((7,), (4,))
+    assert K.build_case("sddmm", "cuda").launch_config(nnz=17) == ((3,), (8,))
+    assert K.build_case("rowsum", "cuda").launch_config(m=5) == ((5,), (4,))  # max(4, 1)
+    assert K.build_case("dense_add_2d", "cuda").launch_config(m=5, n=7) == ((3, 3), (2, 3))
+    assert K.build_case("colsum", "cuda").launch_config(m=9) == ((9,), (1,))  # no thread loop
+
+
+def test_launch_without_bound_loops_is_one_thread():
+    kernel = K.build_case("csrmm", "cpu")  # the CPU schedule has no bound loop
+    cuda_kernel = _build(kernel.func, "cuda")
+    assert cuda_kernel.launch_config(m=4, feat=2) == ((1,), (1,))
+
+
+def test_launch_needs_the_scalars():
+    with pytest.raises(sp.InputError, match="m"):
+        K.build_case("csrmm", "cuda").launch_config(feat=4)
+
+
+def test_bound_loops_read_the_thread_indices():
+    text = source("csrmm")
+    assert "    i = cuda.blockIdx.x\n" in text and "        k = cuda.threadIdx.x\n" not in text
+    assert "k = cuda.threadIdx.x" in text and "for k in" not in text
+
+
+def test_only_loops_shorter_than_the_launch_are_guarded():
+    text = source("rowsum")
+    assert "t = cuda.threadIdx.x\n    partial[t]" in text  # extent 4 == block size: no guard
+    assert "t0 = cuda.threadIdx.x\n    if t0 < 1:" in text
+
+
+SYMBOLIC_SIBLINGS = """
+@T.prim_func
+def f(a: T.handle, b: T.handle, n: T.int32, k: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (k,), "float32")
+    for t in T.thread_binding(n, thread="threadIdx.x"):
+        A[t] = T.float32(1)
+    for u in T.thread_binding(k, thread="threadIdx.x"):
+        B[u] = T.float32(2)
+"""
+
+
+def test_sibling_loops_with_symbolic_extents_are_all_guarded():
+    func = K._parse(SYMBOLIC_SIBLINGS)
+    text = render(func, "cuda").source
+    assert "if t < n:" in text and "if u < k:" in text
+    assert _build(func, "cuda").launch_config(n=3, k=5) == ((1,), (5,))
+
+
+def test_other_loop_kinds_are_serial_on_the_device():
+    text = source("dense_add_2d").replace("cuda.", "")
+    assert "prange" not in text
+    text = render(K.CASES_BY_NAME["csrmm"].func("cpu"), "cuda").source
+    assert "for i in range(m):" in text
+
+
+def test_scratch_memory_and_barriers():
+    text = source("rowsum")
+    assert "partial = cuda.shared.array(4, numba.float32)" in text and "cuda.syncthreads()" in text
+    assert "row = cuda.local.array(1, numba.int32)" in source("sddmm")
+    assert "cuda.atomic.add(S, J_indices[J_indptr[i] + j], A[J_indptr[i] + j])" in source("colsum")
+
+
+def test_decorator_options():
+    assert "@cuda.jit(cache=True)\n" in source("csrmm")
+    assert "@cuda.jit(cache=True, fastmath=True, lineinfo=True)\n" in source("csrmm", fastmath=True, lineinfo=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# What CUDA cannot run
+# ----------------------------------------------------------------------------------------------
+
+DATA_DEPENDENT_EXTENT = """
+@T.prim_func
+def f(a: T.handle, indptr: T.handle, m: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (m,), "float32")
+    P = T.match_buffer(indptr, (m + 1,), "int32")
+    for t in T.thread_binding(P[1], thread="threadIdx.x"):
+        A[t] = T.float32(1)
+"""
+
+SYMBOLIC_SHARED = """
+@T.prim_func
+def f(a: T.handle, m: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (m,), "float32")
+    for i in T.thread_binding(m, thread="blockIdx.x"):
+        tile = T.allocate((m,), "float32", "shared")
+        tile[0] = A[i]
+        A[i] = tile[0]
+"""
+
+GLOBAL_IN_KERNEL = """
+@T.prim_func
+def f(a: T.handle, m: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (m,), "float32")
+    for i in T.thread_binding(m, thread="blockIdx.x"):
+        tmp = T.allocate((4,), "float32", "global")
+        tmp[0] = A[i]
+        A[i] = tmp[0]
+"""
+
+LOCAL_AT_FUNCTION_LEVEL = """
+@T.prim_func
+def f(a: T.handle, m: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (m,), "float32")
+    acc = T.alloc_buffer((4,), "float32", scope="local")
+    for i in T.thread_binding(m, thread="blockIdx.x"):
+        acc[0] = A[i]
+        A[i] = acc[0]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (DATA_DEPENDENT_EXTENT, "extent of loop `t` bound to threadIdx.x cannot be computed from the scalar"),
+        (SYMBOLIC_SHARED, r"shared buffer `tile` has shape \(m\); CUDA shared arrays need a constant"),
+        (GLOBAL_IN_KERNEL, "global buffer `tmp` is allocated inside the kernel"),
+        (LOCAL_AT_FUNCTION_LEVEL, "function-level buffer `acc` has scope local"),
+    ],
+    ids=["data_dependent_extent", "symbolic_shared", "global_in_kernel", "local_at_function_level"],
+)
+def test_cuda_codegen_errors(text, message):
+    func = K._parse(text)
+    with pytest.raises(sp.CodegenError, match=message):
+        render(func, "cuda")
+    with pytest.raises(sp.CodegenError, match=message):
+        _build(func, "cuda")
+
+
+def test_bad_cuda_option():
+    with pytest.raises(sp.CodegenError, match="unknown option `boundscheck` for target cuda"):
+        render(K.CASES_BY_NAME["csrmm"].func("cuda"), "cuda", boundscheck=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Calling without and with a GPU
+# ----------------------------------------------------------------------------------------------
+
+
+def csrmm_args(A, feat=4, seed=0):
+    kwargs, _ = K.CASES_BY_NAME["csrmm"].make_args(A, np.random.default_rng(seed), "int32", "float32", feat)
+    return kwargs
+
+
+def test_arguments_are_checked_before_any_device_work():
+    kwargs = csrmm_args(K.random_csr(0, 6, 5, 0.4))
+    kwargs["indices"] = kwargs["indices"].astype(np.int64)
+    with pytest.raises(sp.InputError, match="`indices`.*int32"):
+        K.build_case("csrmm", "cuda")(**kwargs)
+
+
+def test_no_gpu_is_a_clear_error():
+    if gpu_available():
+        pytest.skip("a CUDA GPU is present")
+    import numba
+
+    if numba.config.ENABLE_CUDASIM:
+        pytest.skip("the simulator is on")
+    with pytest.raises(sp.SparseTIRError, match="no CUDA device is available.*NUMBA_ENABLE_CUDASIM"):
+        K.build_case("csrmm", "cuda")(**csrmm_args(K.random_csr(0, 6, 5, 0.4)))
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_on_the_gpu(name):
+    for A in [K.random_csr(0, 300, 200, 0.05), *K.small_matrices().values()]:
+        K.run_case(K.build_case(name, "cuda"), K.CASES_BY_NAME[name], A, "int32", "float32")
+
+
+@needs_gpu
+def test_device_arrays_on_the_gpu():
+    from numba import cuda
+
+    A = K.random_csr(1, 300, 200, 0.05)
+    kwargs = csrmm_args(A, feat=16)
+    expected = A @ kwargs["b"]
+    device = {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+    K.build_case("csrmm", "cuda")(**device)
+    np.testing.assert_allclose(device["c"].copy_to_host(), expected, rtol=1e-4, atol=1e-4)
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    device = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+    K.build_case("csrmm", "cuda")(**device)
+    np.testing.assert_allclose(cupy.asnumpy(device["c"]), expected, rtol=1e-4, atol=1e-4)
+
+
+def _build(func, target, **options):
+    from sparsetir_py.runtime.build import build
+
+    return build(func, target, cache_dir=K.kernel_cache_dir(), **options)
