@@ -421,7 +421,8 @@ class IndexingMap:
         make the map (canonically) empty; then the results are simplified using the intervals and
         the remaining constraints. The number and order of variables never change.
         """
-        return _simplify_map(self)
+        names = tuple(v.name for v in (*self.dims, *self.range_vars, *self.rt_vars))
+        return _simplify_map(self, names)
 
     def remove_unused_symbols(self) -> IndexingMap:
         """Drop range and runtime variables used neither by the results nor by constraints that
@@ -766,7 +767,8 @@ def _subset_checker(items, slots: Sequence[int], num_dims: int, num_symbols: int
 
 
 @lru_cache(maxsize=2048)
-def _simplify_map(m: IndexingMap) -> IndexingMap:
+def _simplify_map(m: IndexingMap, names: tuple[str, ...] = ()) -> IndexingMap:
+    # `names` is part of the cache key only: maps that differ in names alone compare equal.
     if m.known_empty:
         return m
     domain = _Domain(m)

@@ -259,3 +259,12 @@ def test_domain_points():
     assert list(m.domain_points()) == [((1,), (1,)), ((2,), (0,)), ((2,), (1,)), ((3,), (0,))]
     with pytest.raises(IndexingMapError, match="has 8 points, more than 3"):
         list(m.domain_points(limit=3))
+
+
+def test_names_survive_simplification_and_caching():
+    """Maps equal up to names share simplification work but keep their own names."""
+    named = parse_indexing_map("(i) -> (i floordiv 4), domain: i in [0, 3]")
+    plain = parse_indexing_map("(d0) -> (d0 floordiv 4), domain: d0 in [0, 3]")
+    assert named == plain
+    assert str(named.simplify()) == "(i) -> (0), domain: i in [0, 3]"
+    assert str(plain.simplify()) == "(d0) -> (0), domain: d0 in [0, 3]"
