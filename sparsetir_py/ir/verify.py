@@ -141,6 +141,7 @@ __all__ = [
     "BufferAxisOrderError",
     "BufferDeclarationError",
     "DtypeError",
+    "InitWriteError",
     "LayoutError",
     "LoopExtentError",
     "RebindError",
@@ -200,6 +201,14 @@ class SparseIterationError(VerifyError):
 
 class ReductionWriteError(VerifyError):
     """A store inside a reduction is indexed by a reduction iterator."""
+
+
+class InitWriteError(ReductionWriteError):
+    """A sparse iteration with an init writes a buffer at an index that ignores a spatial iterator.
+
+    The init runs once per spatial point; two spatial points writing one element would each
+    re-initialise it, so the result would depend on the order of the points.
+    """
 
 
 class UndefinedVariableError(VerifyError):
@@ -493,6 +502,7 @@ class _FuncVerifier:
         self.iter_names: set[str] = set()
         self.iter_axes: list[set[Axis]] = []
         self.reductions: list[tuple[str, frozenset[Var]]] = []
+        self.init_spatials: list[tuple[str, frozenset[Var]]] = []
         self.threads: list[str] = []
 
     def fail(self, cls: type[VerifyError], message: str) -> NoReturn:
@@ -781,10 +791,11 @@ class _FuncVerifier:
             set(self.buffers),
             list(self.reductions),
             list(self.threads),
+            list(self.init_spatials),
         )
 
     def restore(self, state: tuple) -> None:
-        self.scope, self.unreachable, self.buffers, self.reductions, self.threads = state
+        self.scope, self.unreachable, self.buffers, self.reductions, self.threads, self.init_spatials = state
 
     # -- expressions ----------------------------------------------------------------------------
 
@@ -943,6 +954,15 @@ class _FuncVerifier:
                     ReductionWriteError,
                     f"`{owner}` writes buffer `{s.buffer.name}` at an index that uses its reduction "
                     f"iterator `{v.name}`",
+                )
+        for owner, spatial_vars in self.init_spatials:
+            missed = spatial_vars - used
+            if missed:
+                v = min(missed, key=lambda x: x.name)
+                self.fail(
+                    InitWriteError,
+                    f"`{owner}` has an init but writes buffer `{s.buffer.name}` at an index that does not use "
+                    f"its spatial iterator `{v.name}` (several spatial points would share one element)",
                 )
 
     def allocate(self, s: Allocate) -> None:
@@ -1108,6 +1128,8 @@ class _FuncVerifier:
         self.iter_axes.append({base_axis(ia) for ia in s.axes})
         self.reductions.append((s.name, reduce_vars))
         if s.init is not None:
+            spatial = frozenset(v for v, k in zip(s.iter_vars, s.kinds) if k == "S")
+            self.init_spatials.append((s.name, spatial))
             inner = self.save()
             self.hide(
                 reduce_vars,

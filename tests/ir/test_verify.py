@@ -963,6 +963,41 @@ def test_verify_fail_reduction_write(case):
         verify(func)
 
 
+RGCN_HETERO_WITH_INIT = """
+from sparsetir_py import script as T
+
+@T.prim_func
+def rgcn(w: T.handle, x: T.handle, y: T.handle, indptr_i: T.handle, indices_i: T.handle,
+         indptr_j: T.handle, indices_j: T.handle, n: T.int32, r: T.int32, feat: T.int32,
+         nnz_i: T.int32, nnz_j: T.int32):
+    R = T.dense_fixed(r)
+    I = T.sparse_variable(R, (n, nnz_i), (indptr_i, indices_i), "int32")
+    J = T.sparse_variable(I, (n, nnz_j), (indptr_j, indices_j), "int32")
+    I_detach = T.dense_fixed(n)
+    J_detach = T.dense_fixed(n)
+    F_in = T.dense_fixed(feat)
+    F_out = T.dense_fixed(feat)
+    W = T.match_sparse_buffer(w, (R, F_out, F_in), "float32")
+    X = T.match_sparse_buffer(x, (J_detach, F_in), "float32")
+    Y = T.match_sparse_buffer(y, (I_detach, F_out), "float32")
+    with T.sp_iter([F_out, R, I, J, F_in], "SSSRR", "rgcn") as [fo, rr, i, j, fi]:
+        with T.init():
+            Y[i, fo] = 0.0
+        Y[i, fo] = Y[i, fo] + W[rr, fo, fi] * X[j, fi]
+"""
+
+
+def test_verify_fail_init_write():
+    """SparseTIR's heterogeneous RGCN with an init: every relation `rr` would re-initialise
+    Y[i, fo], so the result would depend on the order of the spatial points."""
+    from sparsetir_py import from_script
+    from sparsetir_py.ir.verify import InitWriteError
+
+    func = from_script(RGCN_HETERO_WITH_INIT)
+    with pytest.raises(InitWriteError, match="spatial iterator `rr`"):
+        verify(func)
+
+
 def _undef_free_var():
     s = Csrmm1()
     s.body = st(s.C, (s.i, Var("x")), f32(1.0))
