@@ -30,7 +30,7 @@ from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr,
 from .affine import AffineExpr, DimId, FloorDiv, Interval, Mod, SymbolId, const, dim
 from .simplify import RangeEnv, simplify_expr
 
-__all__ = ["from_affine", "int_range", "prove", "simplify", "to_affine"]
+__all__ = ["from_affine", "int_range", "prove", "simplify", "symbolic_range", "to_affine"]
 
 Bound = int | PrimExpr | None
 VarRanges = Mapping[Any, Interval | tuple[Bound, Bound]]
@@ -60,15 +60,6 @@ class _Atoms:
 def _key(node: PrimExpr) -> Any:
     # Vars compare by identity, every other node by value (frozen dataclasses).
     return ("var", id(node)) if isinstance(node, Var) else ("node", node)
-
-
-def _const_int(node: PrimExpr) -> int | None:
-    if isinstance(node, IntImm):
-        return int(node.value)
-    if isinstance(node, UnaryOp) and node.op == "-":
-        inner = _const_int(node.a)
-        return None if inner is None else -inner
-    return None
 
 
 def _to_affine(node: PrimExpr, atoms: _Atoms) -> AffineExpr:
@@ -410,3 +401,118 @@ def _has_constant_folding(expr: PrimExpr) -> bool:
     """Whether the IR spells the expression differently from its canonical affine form."""
     e, atoms = to_affine(expr)
     return from_affine(e, atoms, dtype=expr.dtype if dt.is_int(expr.dtype) else "int32") != expr
+
+
+# ---------------------------------------------------------------------------------------------
+# Symbolic bounds
+
+
+def _children(node: PrimExpr) -> list[PrimExpr]:
+    out: list[PrimExpr] = []
+    for _, value in node.fields():
+        if isinstance(value, PrimExpr):
+            out.append(value)
+        elif isinstance(value, tuple):
+            out.extend(v for v in value if isinstance(v, PrimExpr))
+    return out
+
+
+def _mentions(node: PrimExpr, keys: set[Any]) -> bool:
+    if _key(node) in keys:
+        return True
+    return any(_mentions(child, keys) for child in _children(node))
+
+
+def symbolic_range(
+    expr: PrimExpr,
+    var_ranges: Mapping[Var, tuple[Bound, Bound]],
+    *,
+    param_ranges: VarRanges | None = None,
+) -> tuple[PrimExpr, PrimExpr] | None:
+    """Inclusive bounds `(lo, hi)` of `expr`, as IR expressions, when each variable of
+    `var_ranges` takes every value between its bounds (ints or expressions of other variables).
+
+    Variables not in `var_ranges`, and loads or calls that do not depend on those variables, are
+    parameters and stay in the bounds: `i * 4 + j` with `i in [0, n - 1]` and `j in [0, 3]`
+    gives `(0, n * 4 - 1)`. Read/write regions over loops with symbolic extents are built from
+    this. `param_ranges` (integer bounds of parameters, as for `int_range`) helps simplify.
+    None when an end cannot be written (a part that is not affine in the variables and depends
+    on them, or an unbounded variable).
+    """
+    atoms = _Atoms()
+    e = _to_affine(expr, atoms)
+    bound = {_key(v) for v in var_ranges}
+    ends: dict[int, tuple[AffineExpr, AffineExpr]] = {}
+    for v, (lo, hi) in var_ranges.items():
+        index = atoms.atom(v).terms[0][0].index
+        if lo is not None and hi is not None:
+            lo_e = const(lo) if isinstance(lo, int) else _to_affine(lo, atoms)
+            hi_e = const(hi) if isinstance(hi, int) else _to_affine(hi, atoms)
+            ends[index] = (lo_e, hi_e)
+    used = set(e.dims_used())
+    for lo_e, hi_e in ends.values():
+        # A bound may not depend on a bound variable (triangular ranges are not supported).
+        if any(_mentions(atoms.nodes[i], bound) for i in lo_e.dims_used() | hi_e.dims_used()):
+            return None
+    for i in used:
+        node = atoms.nodes[i]
+        if _key(node) not in bound and _mentions(node, bound):
+            return None  # e.g. a load indexed by a bound variable
+    analyzer = _Analyzer({**(param_ranges or {}), **var_ranges}, None)
+    env = RangeEnv([analyzer.atom_range(a) for a in atoms.nodes])
+    e = simplify_expr(e, env)
+    bound_dims = {i for i, node in enumerate(atoms.nodes) if _key(node) in bound}
+    result = _affine_bounds(e, bound_dims, ends, env)
+    if result is None:
+        return None
+    dtype = expr.dtype if dt.is_int(expr.dtype) else "int32"
+    lo_e, hi_e = (simplify_expr(x, env) for x in result)
+    return from_affine(lo_e, atoms.nodes, dtype=dtype), from_affine(hi_e, atoms.nodes, dtype=dtype)
+
+
+def _dims_of(e: AffineExpr) -> set[int]:
+    return set(e.dims_used())
+
+
+def _affine_bounds(
+    e: AffineExpr, bound: set[int], ends: dict[int, tuple[AffineExpr, AffineExpr]], env: RangeEnv
+) -> tuple[AffineExpr, AffineExpr] | None:
+    lo = hi = const(e.constant)
+    for atom, k in e.terms:
+        pair = _atom_bounds(atom, bound, ends, env)
+        if pair is None:
+            return None
+        a_lo, a_hi = pair
+        if k > 0:
+            lo, hi = lo + a_lo.scale(k), hi + a_hi.scale(k)
+        else:
+            lo, hi = lo + a_hi.scale(k), hi + a_lo.scale(k)
+    return lo, hi
+
+
+def _atom_bounds(
+    atom: DimId | SymbolId | FloorDiv | Mod,
+    bound: set[int],
+    ends: dict[int, tuple[AffineExpr, AffineExpr]],
+    env: RangeEnv,
+) -> tuple[AffineExpr, AffineExpr] | None:
+    itself = AffineExpr(((atom, 1),), 0)
+    if isinstance(atom, DimId | SymbolId):
+        if isinstance(atom, SymbolId) or atom.index not in bound:
+            return itself, itself
+        return ends.get(atom.index)
+    if not (_dims_of(atom.lhs) & bound):
+        return itself, itself
+    inner = _affine_bounds(atom.lhs, bound, ends, env)
+    if inner is None:
+        return None
+    x_lo, x_hi = inner
+    c = atom.divisor
+    if isinstance(atom, FloorDiv):  # monotone
+        return x_lo.floordiv(c), x_hi.floordiv(c)
+    r = env.range(atom.lhs)
+    if r.is_bounded and not r.is_empty and r.lo // c == r.hi // c:
+        shift = (r.lo // c) * c
+        return x_lo - shift, x_hi - shift
+    folded = r.mod(c)
+    return const(folded.lo), const(folded.hi)

