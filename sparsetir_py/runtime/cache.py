@@ -1,10 +1,11 @@
 """The on-disk kernel cache: generated sources written to files and imported from there.
 
 A kernel's file is `<cache dir>/<target>/<function>_<key>.py`, where the key hashes the IR's
-script text, the target, the options and the generated source (so a change of the code
-generator never reuses a stale file). Importing from a real file lets Numba's own `cache=True`
-keep compiled machine code in `__pycache__` next to it across processes, and makes tracebacks
-point into readable code.
+script text, the target, the options, the generated source and the helper modules the source
+imports (`codegen/cpu_intrinsics.py`, `codegen/cuda_intrinsics.py`): Numba's cache does not
+track what a cached function calls, so a change of a helper must change the file name.
+Importing from a real file lets Numba's own `cache=True` keep compiled machine code in
+`__pycache__` next to it across processes, and makes tracebacks point into readable code.
 
 The cache folder is `$SPARSETIR_CACHE_DIR`, else `$XDG_CACHE_HOME/sparsetir_py`, else
 `~/.cache/sparsetir_py`. Deleting it is always safe.
@@ -12,6 +13,7 @@ The cache folder is `$SPARSETIR_CACHE_DIR`, else `$XDG_CACHE_HOME/sparsetir_py`,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -25,6 +27,9 @@ from typing import Any
 # Bumped when the layout of cached files changes in a way the key does not see.
 CACHE_FORMAT = 1
 
+# Modules of sparsetir_py.codegen that generated sources import.
+HELPER_MODULES = ("cpu_intrinsics.py", "cuda_intrinsics.py")
+
 _MODULES: dict[Path, ModuleType] = {}
 
 
@@ -37,10 +42,20 @@ def cache_dir() -> Path:
     return Path(base) / "sparsetir_py"
 
 
+@functools.cache
+def _helpers_fingerprint() -> str:
+    codegen = Path(__file__).resolve().parent.parent / "codegen"
+    h = hashlib.sha256()
+    for name in HELPER_MODULES:
+        h.update((codegen / name).read_bytes())
+    return h.hexdigest()
+
+
 def cache_key(script: str, target: str, options: dict[str, Any], source: str) -> str:
     """A hex digest identifying one generated kernel."""
     h = hashlib.sha256()
-    for part in (f"format={CACHE_FORMAT}", script, target, repr(sorted(options.items())), source):
+    parts = (f"format={CACHE_FORMAT}", _helpers_fingerprint(), script, target, repr(sorted(options.items())), source)
+    for part in parts:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
