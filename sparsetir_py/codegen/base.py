@@ -171,6 +171,7 @@ class Renderer:
 
     target: ClassVar[str] = "base"
     OPTIONS: ClassVar[dict[str, Any]] = {}
+    IMPORTS: ClassVar[dict[str, str]] = IMPORTS
 
     EXPR_RULES: ClassVar[dict[type, str]] = {
         IntImm: "expr_int",
@@ -337,7 +338,16 @@ class Renderer:
         ]
 
     def import_lines(self) -> list[str]:
-        return [line for name, line in IMPORTS.items() if name in self.modules]
+        lines: list[str] = []
+        for name, line in self.IMPORTS.items():
+            if name not in self.modules:
+                continue
+            module, _, names = line.partition(" import ")
+            if module.startswith("from ") and lines and lines[-1].startswith(module + " import "):
+                lines[-1] += f", {names}"  # from m import a, b
+            else:
+                lines.append(line)
+        return lines
 
     def decorator(self) -> str:  # pragma: no cover - every target overrides
         raise NotImplementedError

@@ -35,7 +35,7 @@ from ..ir import dtype as dt
 from ..ir.buffer import FlatBuffer
 from ..ir.stmt import AtomicAdd, For
 from ..ir.visit import walk
-from .base import BLOCK_TAGS, THREAD_TAGS, Renderer
+from .base import BLOCK_TAGS, THREAD_TAGS, Intrin, Renderer
 
 DEFAULT_FASTMATH = ("contract", "reassoc")
 FASTMATH_FLAGS = ("afn", "arcp", "contract", "fast", "ninf", "nnan", "nsz", "reassoc")
@@ -55,6 +55,10 @@ class CPURenderer(Renderer):
     target: ClassVar[str] = "cpu"
     OPTIONS: ClassVar[dict[str, Any]] = {"fastmath": DEFAULT_FASTMATH, "parallel": True, "boundscheck": False}
     LOOP_ITERATORS: ClassVar[dict[str, str]] = {**Renderer.LOOP_ITERATORS, "parallel": "numba.prange"}
+    INTRINSIC_RULES: ClassVar[dict[str, Intrin]] = {
+        **Renderer.INTRINSIC_RULES,
+        "fmod": Intrin("np.fmod({a[0]}, {a[1]})", ("np",)),  # Numba's CPU target has no math.fmod
+    }
 
     def normalize_options(self, options: dict[str, Any]) -> dict[str, Any]:
         options = super().normalize_options(options)

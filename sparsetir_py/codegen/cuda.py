@@ -13,8 +13,8 @@ What differs from the shared renderer:
   flat size (else `CodegenError`), and not zero-filled (CUDA does not). `global` scratch must be
   a function-level buffer (the runtime allocates it); allocated inside the kernel it is a
   `CodegenError`.
-- `cuda.atomic.add`, `cuda.syncthreads()`; `syncwarp` and libdevice functions come from
-  `cuda_intrinsics`, which substitutes numpy versions under the CUDA simulator.
+- `cuda.atomic.add`, `cuda.syncthreads()`; `math`, `syncwarp` and libdevice functions come
+  from `cuda_intrinsics`, which substitutes numpy versions under the CUDA simulator.
 
 Options: `fastmath` (default False: Numba's CUDA fastmath flushes denormals and approximates
 division and square roots), `lineinfo` (default False).
@@ -40,6 +40,11 @@ class CUDARenderer(Renderer):
 
     target: ClassVar[str] = "cuda"
     OPTIONS: ClassVar[dict[str, Any]] = {"fastmath": False, "lineinfo": False}
+    # `math` through cuda_intrinsics: the real module on the device, numpy under the simulator.
+    IMPORTS: ClassVar[dict[str, str]] = {
+        **{name: line for name, line in Renderer.IMPORTS.items() if name != "math"},
+        "math": "from sparsetir_py.codegen.cuda_intrinsics import math",
+    }
     INTRINSIC_RULES: ClassVar[dict[str, Intrin]] = {
         **Renderer.INTRINSIC_RULES,
         # numpy ufuncs do not exist on the device; libdevice has exact single/double versions.
@@ -68,6 +73,10 @@ class CUDARenderer(Renderer):
         self.use("cuda")
         for node in walk(self.func.body):
             if isinstance(node, For) and node.kind == "thread_binding" and node.thread in LAUNCH_TAGS:
+                if const_int(node.min) != 0:
+                    raise CodegenError(
+                        f"in `build`: loop `{node.loop_var.name}` bound to {node.thread} must start at 0"
+                    )
                 if not is_launch_computable(node.extent, self.scalars):
                     raise CodegenError(
                         f"in `build`: the extent of loop `{node.loop_var.name}` bound to {node.thread} cannot be "

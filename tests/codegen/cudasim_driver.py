@@ -58,6 +58,7 @@ def register_cases() -> None:
         ("csrmm", "int64", "float64"),
         ("sddmm", "int64", "float64"),
         ("lookup", "int64", "float32"),
+        ("math_ops", "int32", "float64"),
     ]:
 
         def run_dtypes(name=name, idtype=idtype, dtype=dtype):

@@ -280,6 +280,50 @@ def dense_add_2d(a: T.handle, b: T.handle, c: T.handle, m: T.{idtype}, n: T.{idt
 '''
 
 
+# Every math intrinsic, as (script expression of `x`, numpy reference of `x`).
+MATH_OPS = (
+    ("T.exp({x})", np.exp),
+    ("T.exp2({x})", np.exp2),
+    ("T.log(T.abs({x}) + T.{dtype}(0.5))", lambda x: np.log(np.abs(x) + 0.5)),
+    ("T.log2(T.abs({x}) + T.{dtype}(0.5))", lambda x: np.log2(np.abs(x) + 0.5)),
+    ("T.log1p(T.abs({x}))", lambda x: np.log1p(np.abs(x))),
+    ("T.sqrt(T.abs({x}))", lambda x: np.sqrt(np.abs(x))),
+    ("T.rsqrt(T.abs({x}) + T.{dtype}(1))", lambda x: 1 / np.sqrt(np.abs(x) + 1)),
+    ("T.tanh({x})", np.tanh),
+    ("T.sigmoid({x})", lambda x: 1 / (1 + np.exp(-x))),
+    ("T.erf({x})", lambda x: __import__("scipy.special").special.erf(x)),
+    ("T.sin({x})", np.sin),
+    ("T.cos({x})", np.cos),
+    ("T.abs({x})", np.abs),
+    ("T.floor({x} * T.{dtype}(3))", lambda x: np.floor(x * 3)),
+    ("T.ceil({x} * T.{dtype}(3))", lambda x: np.ceil(x * 3)),
+    ("T.round({x} * T.{dtype}(3))", lambda x: np.rint(x * 3)),
+    ("T.trunc({x} * T.{dtype}(3))", lambda x: np.trunc(x * 3)),
+    ('T.cast(T.isnan({x}), "{dtype}")', lambda x: np.isnan(x).astype(float)),
+    ('T.cast(T.isinf({x}), "{dtype}")', lambda x: np.isinf(x).astype(float)),
+    ("T.pow(T.abs({x}), T.{dtype}(1.5))", lambda x: np.abs(x) ** 1.5),
+    ("T.fmod({x}, T.{dtype}(0.3))", lambda x: np.fmod(x, 0.3)),
+    ("T.min({x}, T.{dtype}(0.25))", lambda x: np.minimum(x, 0.25)),
+    ("T.max({x}, T.{dtype}(-0.25))", lambda x: np.maximum(x, -0.25)),
+)
+
+
+def math_ops_script(target: str = "cpu", idtype: str = "int32", dtype: str = "float32") -> str:
+    rows, _ = loops(target)
+    body = "\n".join(
+        f"        O[{k} * n + i] = {expr.format(x='X[i]', dtype=dtype)}" for k, (expr, _) in enumerate(MATH_OPS)
+    )
+    return f'''
+@T.prim_func
+def math_ops(x: T.handle, o: T.handle, n: T.{idtype}):
+    T.func_attr({{"stage": 3}})
+    X = T.match_buffer(x, (n,), "{dtype}")
+    O = T.match_buffer(o, ({len(MATH_OPS)}, n), "{dtype}")
+    for i in {rows("n")}:
+{body}
+'''
+
+
 # ----------------------------------------------------------------------------------------------
 # Arguments and references
 # ----------------------------------------------------------------------------------------------
@@ -437,6 +481,17 @@ def _dense_add_ref(A, kw):
     return {"c": kw["a"].astype(np.float64) + kw["b"].astype(np.float64)}
 
 
+def _math_args(A, rng, idtype, dtype, feat):
+    x = np.concatenate([[np.nan, np.inf, -np.inf, 0.0, -0.5, 0.5], rng.uniform(-2, 2, A.nnz)]).astype(dtype)
+    return {"x": x, "o": _nan((len(MATH_OPS), x.size), dtype), "n": x.size}, ("o",)
+
+
+def _math_ref(A, kw):
+    x = kw["x"].astype(np.float64)
+    with np.errstate(all="ignore"):
+        return {"o": np.stack([ref(x) for _, ref in MATH_OPS])}
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -461,6 +516,7 @@ CASES = (
     Case("ewise", ewise_script, _ewise_args, _ewise_ref),
     Case("rowsum", rowsum_script, _rowsum_args, _rowsum_ref),
     Case("dense_add_2d", dense_add_2d_script, _dense_add_args, _dense_add_ref),
+    Case("math_ops", math_ops_script, _math_args, _math_ref),
 )
 CASES_BY_NAME = {case.name: case for case in CASES}
 

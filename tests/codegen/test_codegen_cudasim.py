@@ -27,6 +27,7 @@ OTHER_CHECKS = [
     "csrmm/int64-float64",
     "sddmm/int64-float64",
     "lookup/int64-float32",
+    "math_ops/int32-float64",
     "launch/csrmm",
     "launch/no_rows",
     "device_arrays/csrmm",
