@@ -82,6 +82,8 @@ class CUDAKernel(Kernel):
     def __init__(self, ks: KernelSource, fn: Any, path: Path):
         super().__init__(ks, fn, path)
         self._ptx: dict[tuple[int, int], str] = {}
+        self._written = written_buffers(self.func)  # copied back after a launch
+        self._structure = _structure_handles(self.func)  # read on the host by the O(nnz) checks
 
     # ---------------------------------------------------------------- launch configuration
     def launch_config(self, **scalars: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -111,9 +113,8 @@ class CUDAKernel(Kernel):
         values = _bind_values(self.func, tuple(args), dict(kwargs))
         device_values = {name: v for name, v in values.items() if _is_device_array(v)}
         checked = dict(values)
-        structure = _structure_handles(self.func)
         for name, value in device_values.items():
-            if check_structure and name in structure:
+            if check_structure and name in self._structure:
                 checked[name] = _copy_to_host(value)  # the O(nnz) checks read the values
             else:
                 checked[name] = _stand_in(value)
@@ -126,7 +127,6 @@ class CUDAKernel(Kernel):
                 f"{MAX_THREADS_PER_BLOCK}"
             )
         cuda = _cuda_for_launch()
-        written = written_buffers(self.func)
         launch_args, copy_back = [], []
         for kp in self.kernel_params:
             if kp.kind == "scalar":
@@ -139,7 +139,7 @@ class CUDAKernel(Kernel):
                 continue
             dev = cuda.to_device(host)
             launch_args.append(dev)
-            if buf.data is not None and buf in written:
+            if buf.data is not None and buf in self._written:
                 copy_back.append((dev, host))
         if 0 in grid or 0 in block:
             return  # an empty launch: no thread would run
