@@ -298,3 +298,38 @@ def _build(func, target, **options):
     from sparsetir_py.runtime.build import build
 
     return build(func, target, cache_dir=K.kernel_cache_dir(), **options)
+
+
+OFFSET_THREAD_LOOP = """
+@T.prim_func
+def f(a: T.handle):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (8,), "float32")
+    for t in T.thread_binding(2, 6, thread="threadIdx.x"):
+        A[t] = T.float32(1)
+"""
+
+VTHREAD = """
+@T.prim_func
+def f(a: T.handle):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (8,), "float32")
+    for v in T.thread_binding(2, thread="vthread"):
+        for t in T.thread_binding(4, thread="threadIdx.x"):
+            A[v * 4 + t] = T.float32(1)
+"""
+
+
+def test_bound_loops_start_at_zero():
+    func = sp.from_script("from sparsetir_py import script as T\n" + OFFSET_THREAD_LOOP)  # the verifier rejects it too
+    with pytest.raises(sp.CodegenError, match="loop `t` bound to threadIdx.x must start at 0"):
+        render(func, "cuda")
+
+
+def test_virtual_threads_are_serial_loops():
+    func = K._parse(VTHREAD)
+    assert "for v in range(2):  # vthread: a serial loop\n        t = cuda.threadIdx.x" in render(func, "cuda").source
+    assert (
+        "for v in range(2):  # vthread: a serial loop\n        for t in range(4):  # threadIdx.x"
+        in render(func, "cpu").source
+    )
