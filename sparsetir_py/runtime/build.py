@@ -19,7 +19,7 @@ from typing import Any
 from ..codegen import render
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
-from .cache import cache_dir, cache_key, import_source, kernel_path, write_source
+from . import cache
 from .kernel import CPUKernel, CUDAKernel, Kernel
 
 KERNELS: dict[str, type[Kernel]] = {"cpu": CPUKernel, "cuda": CUDAKernel}
@@ -61,18 +61,14 @@ def build(
 
         verify_func(func)
     ks = render(func, target, **options)
-    key = cache_key(_script_text(func), target, ks.options, ks.source)
-    directory = Path(cache_dir).expanduser() if cache_dir is not None else _default_cache_dir()
-    path = kernel_path(directory, target, ks.name, key)
-    write_source(path, ks.source)
-    module = import_source(path)
+    key = cache.cache_key(_script_text(func), target, ks.options, ks.source)
+    directory = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
+    path = cache.kernel_path(directory, target, ks.name, key)
+    cache.write_source(path, ks.source)
+    module = cache.import_source(path)
     kernel = KERNELS[target](ks, getattr(module, ks.name), path)
     _debug_report(func, kernel)
     return kernel
-
-
-def _default_cache_dir() -> Path:
-    return cache_dir()
 
 
 def _select_function(mod: PrimFunc | IRModule | Mapping[str, PrimFunc]) -> PrimFunc:
