@@ -1,5 +1,7 @@
-"""Running compiled functions: argument binding and checking (shared by kernels and the interpreter)."""
+"""Running compiled functions: build(), kernels, argument binding and checking, the source cache."""
 
 from .args import BoundArguments, bind_arguments
+from .build import build
+from .kernel import CPUKernel, CUDAKernel, Kernel
 
-__all__ = ["BoundArguments", "bind_arguments"]
+__all__ = ["BoundArguments", "CPUKernel", "CUDAKernel", "Kernel", "bind_arguments", "build"]
