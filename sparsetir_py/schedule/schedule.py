@@ -8,7 +8,9 @@ from typing import Any
 from ..ir.expr import Var
 from ..ir.func import IRModule, PrimFunc
 from . import loops as L
+from .sparse import SparseIterationPrimitives
 from .state import find_block, loops_of
+from .tensorize import TensorizePrimitives
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,13 @@ class Trace:
         return sch.mod
 
 
-class Schedule:
-    """Applies primitives to one function of a module (`func_name`, "main" by default)."""
+class Schedule(SparseIterationPrimitives, TensorizePrimitives):
+    """Applies primitives to one function of a module (`func_name`, "main" by default).
+
+    Each method calls a pure primitive, stores the new function with `_update` and appends the
+    call to the trace with `_record(kind, inputs, attrs, outputs)` (inputs and outputs are
+    handles; attrs are plain Python values that `as_python` prints with `repr`).
+    """
 
     def __init__(self, mod: PrimFunc | IRModule, func_name: str = "main"):
         self.mod = IRModule.from_any(mod)
