@@ -755,7 +755,11 @@ def exprs_size(exprs: Iterable[AffineExpr]) -> int:
 
 @lru_cache(maxsize=1 << 16)
 def expr_cost(e: AffineExpr) -> tuple[int, int]:
-    """`(nodes, negative coefficients)`: what the simplifier tries to reduce."""
+    """`(nodes, negative coefficients)`: what the simplifier tries to reduce.
+
+    Nodes are variables, constants, `floordiv`/`mod` (two each: the operation and its divisor)
+    and multiplications by a coefficient other than 1 or -1; sums are free.
+    """
     nodes = 0
     negatives = 0
     for atom, k in e.terms:
@@ -765,10 +769,9 @@ def expr_cost(e: AffineExpr) -> tuple[int, int]:
             negatives += inner_neg
         else:
             nodes += 1
-        if k != 1:
+        if abs(k) != 1:  # `a - b` costs no more than `a + b`
             nodes += 1
         if k < 0:
             negatives += 1
-    items = len(e.terms) + (1 if e.constant else 0)
-    nodes += (1 if e.constant else 0) + max(0, items - 1)
+    nodes += 1 if e.constant else 0  # additions are free: they cost what the summands cost
     return nodes, negatives

@@ -711,7 +711,10 @@ class _Domain:
 def _congruence_bounds(e: AffineExpr, rng: Interval, bounds: Interval) -> Interval:
     """For `(v + k) mod c in [r0, r1]`: the first and last `v` in `bounds` that satisfy it."""
     atom = e.atom
-    if not isinstance(atom, Mod) or len(atom.lhs.terms) != 1 or atom.lhs.terms[0][1] != 1:
+    if not isinstance(atom, Mod) or len(atom.lhs.terms) != 1:
+        return bounds
+    var, coeff = atom.lhs.terms[0]
+    if coeff != 1 or not isinstance(var, DimId | SymbolId):
         return bounds
     c, k = atom.divisor, atom.lhs.constant
     r0, r1 = max(rng.lo, 0), min(rng.hi, c - 1)

@@ -175,7 +175,10 @@ def _fold(atom: FloorDiv | Mod, env: RangeEnv) -> AffineExpr | None:
         multiplied, shift, rest = split
         if isinstance(atom, FloorDiv):
             return (multiplied + shift).floordiv(c // g)
-        return (multiplied + shift).mod(c // g).scale(g) + rest - g * shift
+        split_mod = (multiplied + shift).mod(c // g).scale(g) + rest - g * shift
+        # `(2x + 5) mod 256 -> ((x + 2) mod 128) * 2 + 1` is no simpler: keep such mods whole.
+        if expr_cost(split_mod) <= expr_cost(atom_expr(atom)):
+            return split_mod
     return None
 
 

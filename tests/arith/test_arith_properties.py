@@ -248,3 +248,20 @@ def test_interval_reasoning_alone_keeps_points_and_values(m):
     before = valid_points(m)
     after = valid_points(s)
     assert after == before, (str(m), str(s))
+
+
+def divisions(e) -> int:
+    """The `floordiv` and `mod` operations of an expression, nested ones included."""
+    from sparsetir_py.arith import FloorDiv, Mod
+
+    return sum(1 + divisions(atom.lhs) for atom, _ in e.terms if isinstance(atom, FloorDiv | Mod))
+
+
+@SETTINGS
+@given(small_maps(max_points=2000, with_rt=False))
+def test_simplified_results_never_need_more_divisions(m):
+    """What the simplifier is for: it never adds a floordiv or a mod to a result."""
+    s = m.simplify()
+    if not s.known_empty:
+        for before, after in zip(m.results, s.results):
+            assert divisions(after) <= divisions(before), (str(m), str(s))
