@@ -93,12 +93,13 @@ class RuntimeVar:
 
     `hlo` describes the producer of the value (XLA's `of1 = s32[] parameter(1)`), and `access`
     says which element of it is read for a point of the map's domain: a map from the dimensions
-    (and the symbols, when it uses any) of the indexing map.
+    (and the symbols, when it uses any) of the indexing map. Like names, these descriptions are
+    not compared: two maps are equal when they index the same way over the same domain.
     """
 
     bounds: Interval
-    hlo: str = ""
-    access: AffineMap | None = None
+    hlo: str = field(default="", compare=False)
+    access: AffineMap | None = field(default=None, compare=False)
     name: str = field(default="", compare=False)
 
 
@@ -421,7 +422,8 @@ class IndexingMap:
         make the map (canonically) empty; then the results are simplified using the intervals and
         the remaining constraints. The number and order of variables never change.
         """
-        names = tuple(v.name for v in (*self.dims, *self.range_vars, *self.rt_vars))
+        names = tuple(v.name for v in (*self.dims, *self.range_vars))
+        names += tuple((v.name, v.hlo, v.access) for v in self.rt_vars)
         return _simplify_map(self, names)
 
     def remove_unused_symbols(self) -> IndexingMap:
@@ -770,8 +772,9 @@ def _subset_checker(items, slots: Sequence[int], num_dims: int, num_symbols: int
 
 
 @lru_cache(maxsize=2048)
-def _simplify_map(m: IndexingMap, names: tuple[str, ...] = ()) -> IndexingMap:
-    # `names` is part of the cache key only: maps that differ in names alone compare equal.
+def _simplify_map(m: IndexingMap, names: tuple = ()) -> IndexingMap:
+    # `names` (and runtime variables' descriptions) is part of the cache key only: maps that
+    # differ in those alone compare equal.
     if m.known_empty:
         return m
     domain = _Domain(m)

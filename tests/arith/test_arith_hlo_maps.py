@@ -290,6 +290,9 @@ def test_dynamic_slice():
     assert mine == parse_indexing_map(DYNAMIC_SLICE_DOC)
     same(mine, DYNAMIC_SLICE_DOC)
     assert [v.hlo for v in mine.rt_vars] == offsets
+    assert [(v.hlo, v.access) for v in parse_indexing_map(DYNAMIC_SLICE_DOC).rt_vars] == [
+        (v.hlo, v.access) for v in mine.rt_vars
+    ]
     assert str(mine) == (
         "(d0, d1, d2){rt0, rt1, rt2} -> (d0 + rt0, d1 + rt1, d2 + rt2), domain: d0 in [0, 0], d1 in [0, 1],"
         " d2 in [0, 31], rt0 in [0, 1], rt1 in [0, 0], rt2 in [0, 226]"

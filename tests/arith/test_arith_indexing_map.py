@@ -229,6 +229,9 @@ def test_runtime_variables_in_documentation_form():
     assert str(m.rt_vars[0].access) == "(d0) -> ()"
     assert str(m) == "(d0)[s0]{rt0} -> (d0 + s0 + rt0), domain: d0 in [0, 9], s0 in [0, 3], rt0 in [0, 2]"
     assert parse_indexing_map(m.to_string(multiline=True)) == m
+    assert parse_indexing_map(m.to_string(multiline=True)).rt_vars[0].hlo == "of1 = s32[] parameter(1)"
+    # The one-line form leaves the descriptions out; they are not part of equality.
+    assert parse_indexing_map(str(m)) == m and parse_indexing_map(str(m)).rt_vars[0].hlo == ""
     with pytest.raises(IndexingMapError, match="must come after all range variables"):
         parse_indexing_map("(d0)[s0, s1] -> (d0), domain: d0 in [0, 9], s0 in [0, 3]\nhlo: x\ns1 in [0, 2]")
 
