@@ -486,32 +486,68 @@ def _trunc_div(a: int, c: int) -> int:
 def _build(acc: Mapping[Atom, int], constant: int) -> AffineExpr:
     """The canonical sum of `coeff * atom` for the items of `acc`, plus `constant`."""
     items = {a: k for a, k in acc.items() if k}
+    items, constant = _merge_shifted(items, constant)
     items, constant = _pair_div_mod(items, constant)
     terms = tuple(sorted(items.items(), key=lambda t: _term_key(*t)))
     return AffineExpr(terms, constant)
 
 
+def _shift_key(atom: Atom) -> tuple | None:
+    """Atoms with equal keys differ only by a multiple of the divisor in their dividend's constant."""
+    if isinstance(atom, FloorDiv | Mod):
+        return (type(atom), atom.lhs.terms, atom.divisor, atom.lhs.constant % atom.divisor)
+    return None
+
+
+def _merge_shifted(items: dict[Atom, int], constant: int) -> tuple[dict[Atom, int], int]:
+    """`(x + a) floordiv c` and `(x + a + q*c) floordiv c` are like terms (the second is the first
+    plus q), and so are `(x + a) mod c` and `(x + a + q*c) mod c` (equal): combine them, keeping
+    the spelling with the smallest constant."""
+    groups: dict[tuple, list[Atom]] = {}
+    for atom in items:
+        key = _shift_key(atom)
+        if key is not None:
+            groups.setdefault(key, []).append(atom)
+    for atoms in groups.values():
+        if len(atoms) < 2:
+            continue
+        keep = min(atoms, key=lambda a: (abs(a.lhs.constant), -a.lhs.constant))
+        for atom in atoms:
+            if atom is keep:
+                continue
+            k = items.pop(atom)
+            items[keep] = items.get(keep, 0) + k
+            if isinstance(atom, FloorDiv):
+                constant += k * ((atom.lhs.constant - keep.lhs.constant) // atom.divisor)
+    return {a: k for a, k in items.items() if k}, constant
+
+
 def _pair_div_mod(items: dict[Atom, int], constant: int) -> tuple[dict[Atom, int], int]:
-    """Replace `b*c*(x floordiv c) + b*(x mod c)` by `b*x` while such pairs exist."""
+    """Replace `b*c*(x floordiv c) + b*(x mod c)` by `b*x` while such pairs exist (also when the
+    floordiv's dividend is `x` plus a multiple of `c`)."""
     while True:
         pair = None
         for atom, b in items.items():
             if not isinstance(atom, Mod):
                 continue
             fd = _floordiv(atom.lhs, atom.divisor).atom
-            if fd is not None and items.get(fd) == b * atom.divisor:
-                pair = (atom, fd, b)
+            if not isinstance(fd, FloorDiv):
+                continue
+            key = _shift_key(fd)
+            partner = next((a for a in items if _shift_key(a) == key and items[a] == b * atom.divisor), None)
+            if partner is not None:
+                pair = (atom, partner, b, (partner.lhs.constant - fd.lhs.constant) // fd.divisor)
                 break
         if pair is None:
             return items, constant
-        mod_atom, fd_atom, b = pair
+        mod_atom, fd_atom, b, shift = pair
         del items[mod_atom]
         del items[fd_atom]
         x = mod_atom.lhs
         for atom, k in x.terms:
             items[atom] = items.get(atom, 0) + b * k
         items = {a: k for a, k in items.items() if k}
-        constant += b * x.constant
+        constant += b * x.constant + b * mod_atom.divisor * shift
 
 
 @lru_cache(maxsize=1 << 16)
@@ -529,10 +565,14 @@ def _floordiv(e: AffineExpr, c: int) -> AffineExpr:
             outside[atom] = k // c
         else:
             inner[atom] = k
-    q = _trunc_div(e.constant, c)
-    r = e.constant - q * c
+    # A constant that is a multiple of the divisor comes out; any other stays in the dividend
+    # (`(d0 + 3) floordiv 2`, as XLA writes it), and `_build` treats dividends that differ by a
+    # multiple of the divisor as like terms.
+    r = e.constant
     if not inner:
-        return _build(outside, q + r // c)
+        return _build(outside, r // c)
+    q = r // c if r % c == 0 else 0
+    r -= q * c
     g = math.gcd(c, r, *inner.values())
     if g > 1:
         inner = {a: k // g for a, k in inner.items()}

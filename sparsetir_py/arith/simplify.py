@@ -241,14 +241,29 @@ def _rewrite_div_mod_pairs(e: AffineExpr, env: RangeEnv) -> AffineExpr:
                 partner = simplify_expr(x.mod(c), env)
                 candidate = e - atom_expr(atom).scale(k) + x.scale(b) - partner.scale(b)
             else:
-                continue
-            cost = expr_cost(candidate)
-            if cost < best_cost:
-                best, best_cost = candidate, cost
+                candidate = None
+            for option in (candidate, _shift_constant_out(e, atom, k)):
+                if option is None:
+                    continue
+                cost = expr_cost(option)
+                if cost < best_cost:
+                    best, best_cost = option, cost
         if best is e:
             return e
         e = best
     return e
+
+
+def _shift_constant_out(e: AffineExpr, atom: Atom, k: int) -> AffineExpr | None:
+    """`(x + a) floordiv c = (x + a - q*c) floordiv c + q`: worth it when the sum has a constant
+    to absorb `q` (`(d1 - 109) floordiv 11 + 9 -> (d1 - 10) floordiv 11`)."""
+    if not isinstance(atom, FloorDiv):
+        return None
+    c, a = atom.divisor, atom.lhs.constant
+    q = a // c if a >= 0 else -((-a) // c)
+    if q == 0:
+        return None
+    return e - atom_expr(atom).scale(k) + (atom.lhs - q * c).floordiv(c).scale(k) + q * k
 
 
 # ---------------------------------------------------------------------------------------------

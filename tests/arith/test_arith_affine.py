@@ -48,8 +48,10 @@ def test_print_order_and_spelling():
 def test_pulls_multiples_of_the_divisor_out():
     assert str((16 * d0 + 4 * d1 + d2) // 8) == "d0 * 2 + (d1 * 4 + d2) floordiv 8"
     assert str((16 * d0 + 4 * d1 + d2) % 8) == "(d1 * 4 + d2) mod 8"
-    assert str((d0 + 17) // 8) == "(d0 + 1) floordiv 8 + 2"
-    assert str((d0 - 1) // 2) == "(d0 - 1) floordiv 2"  # constants below the divisor stay inside
+    assert str((d0 + 16) // 8) == "d0 floordiv 8 + 2"
+    assert str((d0 + 17) // 8) == "(d0 + 17) floordiv 8"  # other constants stay inside, as in XLA
+    assert str((d0 - 1) // 2) == "(d0 - 1) floordiv 2"
+    assert (d0 + 17) // 8 - (d0 + 1) // 8 == const(2)  # ... and differ by multiples only as like terms
     assert str((d0 - 17) % 8) == "(d0 - 1) mod 8"
 
 
