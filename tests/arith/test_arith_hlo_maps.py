@@ -60,13 +60,12 @@ def product(*maps: IndexingMap) -> IndexingMap:
     return IndexingMap(tuple(results), tuple(dims), tuple(ranges), (), tuple(constraints))
 
 
-def unstride(extent: int, count: int, stride: int) -> IndexingMap:
-    """`(x) -> (x floordiv stride)` for `x` in `[0, extent - 1]` on the multiples of `stride`
-    that index one of `count` elements."""
+def unstride(count: int, stride: int) -> IndexingMap:
+    """`(x) -> (x floordiv stride)` on the multiples of `stride` that index one of `count` elements."""
     return IndexingMap(
         (dim(0).floordiv(stride),),
-        (Interval(0, extent - 1),),
-        constraints=((dim(0).mod(stride), Interval(0, 0)), (dim(0), Interval(0, (count - 1) * stride))),
+        (Interval(0, (count - 1) * stride),),
+        constraints=((dim(0).mod(stride), Interval(0, 0)),),
     )
 
 
@@ -151,7 +150,7 @@ def slice_out_to_in(starts, limits, strides):
 def slice_in_to_out(in_shape, starts, limits, strides):
     # Shift by the start, then keep the multiples of the stride that land in the output.
     counts = [-(-(hi - lo) // s) for lo, hi, s in zip(starts, limits, strides)]
-    strided = product(*(unstride(n, c, s) for n, c, s in zip(in_shape, counts, strides)))
+    strided = product(*(unstride(c, s) for c, s in zip(counts, strides)))
     return strided.compose(shift(in_shape, starts))
 
 
@@ -187,23 +186,25 @@ def dot_rhs_to_out(batch, m, n, k):
 def pad_out_to_in(in_shape, config):
     """`config[i] = (low, high, interior)`; output element `low + i * (interior + 1)` is input `i`."""
     out_shape = [lo + hi + n + (n - 1) * interior for n, (lo, hi, interior) in zip(in_shape, config)]
-    strided = product(
-        *(unstride(n_out, n, interior + 1) for n_out, n, (_, _, interior) in zip(out_shape, in_shape, config))
-    )
+    strided = product(*(unstride(n, interior + 1) for n, (_, _, interior) in zip(in_shape, config)))
     return strided.compose(shift(out_shape, [lo for lo, _, _ in config]))
 
 
-def reduce_window_out_to_in(in_shape, window, strides):
-    """Window dimensions of size 1 need no range variable (as in XLA)."""
-    out_shape = [(n - w) // s + 1 for n, w, s in zip(in_shape, window, strides)]
+def reduce_window_out_to_in(in_shape, window, strides, padding=None, base_dilation=None):
+    """A window over the padded (and dilated) input, composed with the pad's map. Window
+    dimensions of size 1 need no range variable (as in XLA)."""
+    padding = padding or [(0, 0)] * len(in_shape)
+    dilation = base_dilation or [1] * len(in_shape)
+    padded = [lo + hi + (n - 1) * d + 1 for n, (lo, hi), d in zip(in_shape, padding, dilation)]
+    out_shape = [(p - w) // s + 1 for p, w, s in zip(padded, window, strides)]
     wide = [i for i, w in enumerate(window) if w > 1]
     window_map = IndexingMap(
         tuple(dim(i) * s + (symbol(wide.index(i)) if i in wide else 0) for i, s in enumerate(strides)),
         box(out_shape),
         box([window[i] for i in wide]),
     )
-    no_padding = pad_out_to_in(in_shape, [(0, 0, 0)] * len(in_shape))
-    return no_padding.compose(window_map)
+    pad = pad_out_to_in(in_shape, [(lo, hi, d - 1) for (lo, hi), d in zip(padding, dilation)])
+    return pad.compose(window_map)
 
 
 def offsets_rt_vars(in_shape, sizes, offsets_hlo, out_rank):
@@ -799,3 +800,39 @@ def test_slice_of_slice_and_reduce_of_reduce():
 def test_collapse_of_expand_and_expand_of_collapse():
     assert reshape_map([128], [8, 16]).compose(reshape_map([8, 16], [128])).simplify().is_identity()
     assert reshape_map([8, 16], [128]).compose(reshape_map([128], [8, 16])).simplify().is_identity()
+
+
+def test_pad_variants():
+    """XLA's PadOpNoInterior and PadOpNegativePadding (`-3_-5_1`: interior padding first, then a
+    negative low and high padding slice it)."""
+    same(pad_out_to_in([2, 8], [(1, 7, 0), (0, 0, 0)]), "(d0, d1) -> (d0 - 1, d1), domain: d0 in [1, 2], d1 in [0, 7]")
+    negative = pad_out_to_in([7], [(-3, -5, 1)])
+    same(negative, "(d0) -> ((d0 + 3) floordiv 2), domain: d0 in [0, 4], (d0 + 3) mod 2 in [0, 0]")
+    assert str(negative.simplify()) == "(d0) -> ((d0 + 3) floordiv 2), domain: d0 in [1, 3], (d0 + 1) mod 2 in [0, 0]"
+    assert [negative.evaluate((d,)) for d in (1, 3)] == [(2,), (3,)]
+
+
+def test_reduce_window_with_padding_stride_and_dilation():
+    same(
+        reduce_window_out_to_in([13, 17], [3, 2], [2, 1], padding=[(1, 1), (0, 1)]),
+        "(d0, d1)[s0, s1] -> (d0 * 2 + s0 - 1, d1 + s1), domain: d0 in [0, 6], d1 in [0, 16], s0 in [0, 2],"
+        " s1 in [0, 1], d0 * 2 + s0 in [1, 13], d1 + s1 in [0, 16]",
+    )
+    same(
+        reduce_window_out_to_in([2, 3], [1, 1], [1, 1], base_dilation=[2, 2]),
+        "(d0, d1) -> (d0 floordiv 2, d1 floordiv 2), domain: d0 in [0, 2], d1 in [0, 4], d0 mod 2 in [0, 0],"
+        " d1 mod 2 in [0, 0]",
+    )
+
+
+def test_numpy_reduce_window_with_padding():
+    x = np.arange(1, 13 * 5 + 1).reshape(13, 5)
+    m = reduce_window_out_to_in([13, 5], [3, 2], [2, 1], padding=[(1, 1), (0, 1)])
+    padded = np.zeros((15, 6), dtype=x.dtype)
+    padded[1:14, 0:5] = x
+    best = {}
+    for d, _, idx in points(m):
+        best[d] = max(best.get(d, 0), x[idx])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 2))[::2, :]
+    for i, j in itertools.product(range(windows.shape[0]), range(windows.shape[1])):
+        assert best.get((i, j), 0) == windows[i, j].max()
