@@ -26,7 +26,7 @@ These rewrites hold for every value of the variables. The ones that need the var
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -685,14 +685,6 @@ def _substitute(
     return result
 
 
-def walk_atoms(e: AffineExpr) -> Iterator[Atom]:
-    """Every atom of `e`, nested ones included (outer first)."""
-    for atom, _ in e.terms:
-        yield atom
-        if isinstance(atom, FloorDiv | Mod):
-            yield from walk_atoms(atom.lhs)
-
-
 # ---------------------------------------------------------------------------------------------
 # Printing
 
@@ -786,11 +778,6 @@ def compile_exprs(exprs: tuple[AffineExpr, ...], num_dims: int, num_symbols: int
     scope: dict[str, Any] = {}
     exec(compile(source, "<affine>", "exec"), scope)
     return scope["_f"]
-
-
-def exprs_size(exprs: Iterable[AffineExpr]) -> int:
-    """Total number of nodes (a rough measure of how simple expressions are)."""
-    return sum(expr_cost(e)[0] for e in exprs)
 
 
 @lru_cache(maxsize=1 << 16)

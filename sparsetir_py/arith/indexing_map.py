@@ -413,6 +413,17 @@ class IndexingMap:
             known_empty=self.known_empty or other.known_empty,
         )
 
+    def add_constraint(self, expr: AffineExpr, interval: Interval | tuple[int, int]) -> IndexingMap:
+        """This map with one more constraint `expr in interval` (on a lone variable: its interval)."""
+        return IndexingMap(
+            self.results,
+            self.dims,
+            self.range_vars,
+            self.rt_vars,
+            (*self.constraints, (expr, as_interval(interval))),
+            known_empty=self.known_empty,
+        )
+
     def simplify(self) -> IndexingMap:
         """An equivalent map with a simpler domain and simpler results.
 

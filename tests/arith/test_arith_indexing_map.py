@@ -271,3 +271,10 @@ def test_names_survive_simplification_and_caching():
     assert named == plain
     assert str(named.simplify()) == "(i) -> (0), domain: i in [0, 3]"
     assert str(plain.simplify()) == "(d0) -> (0), domain: d0 in [0, 3]"
+
+
+def test_add_constraint():
+    m = IndexingMap.identity([10, 10]).add_constraint(dim(0) + dim(1), (0, 3))
+    assert str(m) == "(d0, d1) -> (d0, d1), domain: d0 in [0, 9], d1 in [0, 9], d0 + d1 in [0, 3]"
+    assert str(m.simplify()) == "(d0, d1) -> (d0, d1), domain: d0 in [0, 3], d1 in [0, 3], d0 + d1 in [0, 3]"
+    assert IndexingMap.identity([10]).add_constraint(dim(0) * 2, (1, 1)).is_empty()
