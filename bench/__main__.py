@@ -1,14 +1,128 @@
-"""`python -m bench`: benchmark runners (SpMM, SDDMM) — filled in with the lowering and schedules."""
+"""`python -m bench spmm|sddmm|all` (also `sparsetir-bench`): sparsetir_py against its baselines.
+
+    python -m bench spmm                       # all graphs, widths 32 128 512, every baseline installed
+    python -m bench sddmm --graphs cora pubmed --widths 32 --baselines torch
+    python -m bench spmm --smoke               # cora, width 32, scipy only: a few seconds
+
+Writes `<out>/<op>.json` and `<out>/<op>.md` (default `bench/results/`) and prints a summary.
+Baselines need `pip install -e ".[bench]"`; a missing one is skipped with a note. Exit status 1
+when a result failed its check against scipy or a run of sparsetir_py failed.
+"""
 
 from __future__ import annotations
 
+import argparse
+import shlex
 import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from .graphs import DEFAULT_GRAPHS, known_graphs
+from .libraries import BASELINES, OURS
+from .report import finish, summary, write
+from .runner import DEFAULT_OUT, Config, run
+
+OPS = ("spmm", "sddmm")
+DEFAULT_WIDTHS = (32, 128, 512)
+DEFAULT_REPEAT = 30
+DEFAULT_BUDGET = 1.0
+ALL_BASELINES = tuple(b for bs in BASELINES.values() for b in bs)
+SMOKE = {"graphs": ["cora"], "widths": [32], "baselines": ["scipy"], "repeat": 5, "budget": 0.2}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Time sparsetir_py's SpMM / SDDMM against scipy, MKL, torch.sparse, GraphBLAS (and cuSPARSE).",
+    )
+    p.add_argument("op", choices=[*OPS, "all"], help="operator to benchmark ('all': both, one after the other)")
+    p.add_argument("--graphs", nargs="+", metavar="NAME", help=f"default: {' '.join(DEFAULT_GRAPHS)}")
+    p.add_argument("--widths", nargs="+", type=int, metavar="W", help="feature widths (default: 32 128 512)")
+    p.add_argument(
+        "--baselines", nargs="+", metavar="NAME", choices=ALL_BASELINES, help=f"default: {' '.join(ALL_BASELINES)}"
+    )
+    p.add_argument("--target", choices=["cpu", "cuda", "auto"], default="auto", help="auto: CPU, plus CUDA on a GPU")
+    p.add_argument("--repeat", type=int, help="at most this many timed calls per measurement (default 30)")
+    p.add_argument("--budget", type=float, help="seconds of timed calls per measurement, at least 3 calls (default 1)")
+    p.add_argument("--threads", type=int, default=2, help="threads for every library (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the dense operands")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
+    p.add_argument("--smoke", action="store_true", help="cora, width 32, scipy, few calls, small STREAM")
+    p.add_argument(
+        "--omp-wait-policy", choices=["passive", "active"], default="passive", help="OMP_WAIT_POLICY of the workers"
+    )
+    p.add_argument("--keep-openblas-env", action="store_true", help="leave OPENBLAS_CORETYPE/L2_SIZE to workers")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def configs(args: argparse.Namespace) -> list[Config]:
+    """One `Config` per operator from the parsed arguments (`--smoke` fills unset options)."""
+    smoke = SMOKE if args.smoke else {}
+    graphs = args.graphs or smoke.get("graphs") or list(DEFAULT_GRAPHS)
+    unknown = sorted(set(graphs) - set(known_graphs()))
+    if unknown:
+        raise SystemExit(f"unknown graph(s) {', '.join(unknown)}; known: {', '.join(known_graphs())}")
+    widths = args.widths or smoke.get("widths") or list(DEFAULT_WIDTHS)
+    if any(w <= 0 for w in widths):
+        raise SystemExit(f"widths must be positive, got {widths}")
+    baselines = args.baselines or smoke.get("baselines") or list(ALL_BASELINES)
+    if args.target == "auto":
+        targets = ("cpu",) if args.smoke else _auto_targets()
+    else:
+        targets = (args.target,)
+    extra = {}
+    if args.smoke:
+        extra = {"stream_n": 1 << 22, "stream_trials": 3}
+    repeat = args.repeat or smoke.get("repeat", DEFAULT_REPEAT)
+    budget = args.budget or smoke.get("budget", DEFAULT_BUDGET)
+    ops = OPS if args.op == "all" else (args.op,)
+    return [
+        Config(
+            op=op,
+            graphs=graphs,
+            widths=widths,
+            baselines=baselines,
+            targets=targets,
+            repeat=repeat,
+            budget=budget,
+            threads=args.threads,
+            seed=args.seed,
+            out=args.out,
+            keep_openblas_env=args.keep_openblas_env,
+            omp_wait_policy=args.omp_wait_policy,
+            progress=not args.no_progress,
+            **extra,
+        )
+        for op in ops
+    ]
+
+
+def _auto_targets() -> tuple[str, ...]:
+    from .libraries import cuda_missing
+
+    return ("cpu",) if cuda_missing() else ("cpu", "cuda")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m bench` and `sparsetir-bench`; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
-    print("bench: kernels are not generated yet (lowering and code generation are the next issue).")
-    return 0
+    args = parser().parse_args(argv)
+    command = "python -m bench " + shlex.join(argv)
+    status = 0
+    for config in configs(args):
+        record = run(config)
+        config_dict = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
+        config_dict["out"] = str(config.out)
+        report = finish(config.op, record, config_dict, command)
+        json_path, md_path = write(report, Path(config.out))
+        print(summary(report))
+        print(f"  wrote {md_path} and {json_path}")
+        ours = set(OURS.values())
+        for r in report["results"]:
+            if r.get("status") == "wrong" or (r["library"] in ours and r.get("status") != "ok"):
+                status = 1
+    return status
 
 
 if __name__ == "__main__":

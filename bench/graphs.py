@@ -1,0 +1,146 @@
+"""The benchmark's matrices: shipped real graphs and a seeded R-MAT power-law graph.
+
+Real graphs come from `sparsetir_py.data` (shipped with the package, so a clone is enough).
+The R-MAT graph is generated once, with a fixed seed, and cached as a `.npz` file under the
+output folder; later runs load the cached file.
+
+>>> A = rmat(scale=8, nnz=1000, n=200, seed=1)
+>>> A.shape, A.nnz, A.dtype, A.indices.dtype, A.has_canonical_format
+((200, 200), 1000, dtype('float32'), dtype('int32'), True)
+>>> (rmat(scale=8, nnz=1000, n=200, seed=1) != A).nnz
+0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+
+#: The real graphs of the suite, smallest first (all shipped in `sparsetir_py/data/`).
+REAL_GRAPHS = ("cora", "citeseer", "pubmed", "wiki-Vote", "facebook_combined", "ca-CondMat", "bcsstk16")
+#: Name of the synthetic power-law graph.
+RMAT = "rmat"
+DEFAULT_GRAPHS = (*REAL_GRAPHS, RMAT)
+
+
+@dataclass(frozen=True)
+class RmatParams:
+    """Parameters of the R-MAT graph; all of them name the cache file, so a change regenerates it."""
+
+    scale: int = 17  # 2**17 = 131072 >= n: the recursion runs on the next power of two
+    n: int = 100_000  # rows = columns; edges with an endpoint >= n are dropped before sampling
+    nnz: int = 2_000_000  # exact number of distinct nonzeros kept
+    a: float = 0.57
+    b: float = 0.19
+    c: float = 0.19
+    seed: int = 20240607
+    version: int = 1  # bump when the generator changes
+
+    @property
+    def d(self) -> float:
+        return 1.0 - self.a - self.b - self.c
+
+    def filename(self) -> str:
+        return (
+            f"rmat-v{self.version}-s{self.scale}-n{self.n}-nnz{self.nnz}"
+            f"-a{self.a}-b{self.b}-c{self.c}-seed{self.seed}.npz"
+        )
+
+
+def _rmat_edges(rng: np.random.Generator, count: int, scale: int, a: float, b: float, c: float) -> np.ndarray:
+    """`count` R-MAT edges as (row, col) int64 pairs: one quadrant choice per level, vectorised."""
+    rows = np.zeros(count, dtype=np.int64)
+    cols = np.zeros(count, dtype=np.int64)
+    for level in range(scale):
+        r = rng.random(count)
+        # Quadrants in order a (top-left), b (top-right), c (bottom-left), d (bottom-right).
+        down = r >= a + b
+        right = ((r >= a) & (r < a + b)) | (r >= a + b + c)
+        bit = np.int64(1) << (scale - 1 - level)
+        rows += down * bit
+        cols += right * bit
+    return np.stack([rows, cols])
+
+
+def rmat(
+    scale: int = RmatParams.scale,
+    nnz: int = RmatParams.nnz,
+    n: int = RmatParams.n,
+    a: float = RmatParams.a,
+    b: float = RmatParams.b,
+    c: float = RmatParams.c,
+    seed: int = RmatParams.seed,
+) -> scipy.sparse.csr_matrix:
+    """A seeded R-MAT graph as a canonical `n x n` CSR matrix with exactly `nnz` nonzeros.
+
+    Edges are drawn in batches on a `2**scale` grid (quadrant probabilities a, b, c and
+    d = 1 - a - b - c at every level), edges leaving `[0, n)` are dropped, duplicates are merged,
+    and batches are added until at least `nnz` distinct edges exist; then exactly `nnz` of them
+    are kept at random. Vertex ids are then permuted at random (as Graph500 does) so the hubs are
+    not all in the first rows. Values are uniform in [0.5, 1.5), float32; indices are int32.
+    """
+    if not 0 < n <= 2**scale:
+        raise ValueError(f"in `rmat`: expected 0 < n <= 2**scale = {2**scale}, but got n = {n}")
+    if not 0 < nnz <= n * n:
+        raise ValueError(f"in `rmat`: expected 0 < nnz <= n * n = {n * n}, but got nnz = {nnz}")
+    if min(a, b, c) < 0 or a + b + c > 1:
+        raise ValueError(f"in `rmat`: expected probabilities a, b, c >= 0 with a + b + c <= 1, got {a}, {b}, {c}")
+    rng = np.random.default_rng(seed)
+    keys = np.empty(0, dtype=np.int64)  # row * n + col, sorted and unique
+    while keys.size < nnz:
+        batch = max(1024, int(1.25 * (nnz - keys.size)))
+        rows, cols = _rmat_edges(rng, batch, scale, a, b, c)
+        inside = (rows < n) & (cols < n)
+        keys = np.union1d(keys, rows[inside] * n + cols[inside])
+    keys = np.sort(rng.choice(keys, size=nnz, replace=False))
+    perm = rng.permutation(n)
+    rows, cols = perm[keys // n], perm[keys % n]
+    values = rng.uniform(0.5, 1.5, size=nnz).astype(np.float32)
+    matrix = scipy.sparse.csr_matrix((values, (rows, cols)), shape=(n, n))
+    matrix.sum_duplicates()  # no duplicates remain; this sorts the indices within rows
+    return _canonical_int32(matrix)
+
+
+def _canonical_int32(matrix: scipy.sparse.csr_matrix) -> scipy.sparse.csr_matrix:
+    result = scipy.sparse.csr_matrix(
+        (matrix.data.astype(np.float32), matrix.indices.astype(np.int32), matrix.indptr.astype(np.int32)),
+        shape=matrix.shape,
+    )
+    result.has_sorted_indices = True
+    result.has_canonical_format = True
+    return result
+
+
+def rmat_cached(cache_dir: Path, params: RmatParams = RmatParams()) -> Path:
+    """Path of the cached R-MAT `.npz` under `cache_dir`, generating and saving it when missing."""
+    path = Path(cache_dir) / params.filename()
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    matrix = rmat(params.scale, params.nnz, params.n, params.a, params.b, params.c, params.seed)
+    tmp = path.with_suffix(".tmp.npz")
+    scipy.sparse.save_npz(tmp, matrix, compressed=False)
+    tmp.replace(path)  # atomic: a half-written file never looks cached
+    return path
+
+
+def load_graph(name: str, path: str | None = None) -> scipy.sparse.csr_matrix:
+    """A benchmark matrix as canonical float32 CSR with int32 indices.
+
+    `path` names an `.npz` file (the cached R-MAT graph); otherwise `name` is a shipped matrix.
+    """
+    if path is not None:
+        return _canonical_int32(scipy.sparse.csr_matrix(scipy.sparse.load_npz(path)))
+    from sparsetir_py.data import load_matrix
+
+    return load_matrix(name, dtype=np.float32, index_dtype=np.int32)
+
+
+def known_graphs() -> list[str]:
+    """Every name `--graphs` accepts: the shipped matrices and `rmat`."""
+    from sparsetir_py.data import available
+
+    return [*available(), RMAT]

@@ -1,0 +1,404 @@
+"""The implementations the suite times: sparsetir_py (ours) and the baselines.
+
+Each `Library` says whether it can run here (`missing()`, checked in the parent without importing
+the library), what its worker process needs in its environment (`env()`), how to pin its thread
+count (`set_threads()`, in the worker) and how to prepare one operation (`prepare()`): a
+zero-argument callable that is timed, and an `extract` that turns the callable's result into a
+numpy array comparable with the reference (SpMM: the dense product; SDDMM: one value per stored
+entry of A, in A's storage order, after checking the result has A's structure).
+
+Conversions to a library's own formats happen in `prepare`, outside the timed call.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+
+from .measure import row_ids, sampled_dot
+
+
+@dataclass
+class Prepared:
+    """One operation ready to time: `fn()` runs it, `extract(fn())` gives a comparable array."""
+
+    fn: Callable[[], object]
+    extract: Callable[[object], np.ndarray]
+    sync: Callable[[], None] | None = None  # ends an asynchronous call (device synchronisation)
+    note: str = ""
+
+
+class StructureMismatch(ValueError):
+    """An SDDMM result whose stored entries are not A's."""
+
+
+def same_structure(A: scipy.sparse.csr_matrix, indptr, indices, what: str) -> None:
+    """Raise `StructureMismatch` unless `indptr`/`indices` equal A's."""
+    if not (np.array_equal(np.asarray(indptr), A.indptr) and np.array_equal(np.asarray(indices), A.indices)):
+        raise StructureMismatch(f"{what}: the result's stored entries are not A's")
+
+
+@dataclass
+class Library:
+    """An implementation of SpMM and/or SDDMM, run in its own worker process."""
+
+    name: str
+    description: str
+    target: str = "cpu"  # "cpu" or "cuda"
+    ops: tuple[str, ...] = ("spmm", "sddmm")
+    ours: bool = False
+    modules: tuple[str, ...] = ()  # importable modules it needs (checked without importing them)
+    notes: dict[str, str] = field(default_factory=dict)  # per op: how it is computed
+
+    def missing(self) -> str | None:
+        """Why this library cannot run here (a short note), or None when it can."""
+        for module in self.modules:
+            if importlib.util.find_spec(module) is None:
+                return f"not installed (no module `{module}`; `pip install -e .[bench]`)"
+        if self.target == "cuda":
+            return cuda_missing()
+        return None
+
+    def env(self) -> dict[str, str]:
+        """Extra environment variables of the worker process."""
+        return {}
+
+    def set_threads(self, threads: int) -> None:
+        """Pin the library's thread count (called in the worker after `env()` took effect)."""
+
+    def version(self) -> str:
+        return ""
+
+    def prepare(self, op: str, A: scipy.sparse.csr_matrix, operands: dict[str, np.ndarray]) -> Prepared:
+        raise NotImplementedError
+
+
+# -------------------------------------------------------------------- ours
+class Ours(Library):
+    """`sp.ops.spmm` / `sp.ops.sddmm` with the default schedules (CPU), as a user calls them."""
+
+    def set_threads(self, threads: int) -> None:
+        import numba
+
+        numba.set_num_threads(threads)
+
+    def version(self) -> str:
+        import sparsetir_py
+
+        return getattr(sparsetir_py, "__version__", "") or _git_revision()
+
+    def prepare(self, op, A, operands):
+        import sparsetir_py as sp
+
+        if op == "spmm":
+            B = operands["B"]
+            return Prepared(lambda: sp.ops.spmm(A, B, target="cpu"), np.asarray)
+        X, Y = operands["X"], operands["Y"]
+
+        def extract(S):
+            same_structure(A, S.indptr, S.indices, "sp.ops.sddmm")
+            return S.data
+
+        return Prepared(lambda: sp.ops.sddmm(A, X, Y, target="cpu"), extract)
+
+
+class OursCUDA(Library):
+    """The same scripts and default CUDA schedules, built with `sp.compile(..., "cuda")` and run
+    on device-resident arrays (Numba device arrays), so no host transfer is timed."""
+
+    def set_threads(self, threads: int) -> None:
+        import numba
+
+        numba.set_num_threads(threads)
+
+    def version(self) -> str:
+        return _git_revision()
+
+    def prepare(self, op, A, operands):
+        from numba import cuda
+
+        import sparsetir_py as sp
+        from schedules import sddmm as sddmm_schedules
+        from schedules import spmm as spmm_schedules
+
+        m, n = A.shape
+        width = next(iter(operands.values())).shape[1]
+        common = {
+            "a": cuda.to_device(A.data),
+            "indptr": cuda.to_device(A.indptr),
+            "indices": cuda.to_device(A.indices),
+            "m": m,
+            "n": n,
+            "nnz": A.nnz,
+        }
+        if op == "spmm":
+            kernel = sp.compile(
+                sp.ops.spmm_script("int32", "float32"),
+                "cuda",
+                schedule=spmm_schedules.DEFAULT["cuda"],
+                specialize={"feat": width},
+            )
+            out = cuda.device_array((m, width), dtype=np.float32)
+            args = {**common, "b": cuda.to_device(operands["B"]), "c": out}
+        else:
+            kernel = sp.compile(
+                sp.ops.sddmm_script("int32", "float32"),
+                "cuda",
+                schedule=sddmm_schedules.DEFAULT["cuda"],
+                specialize={"feat": width},
+            )
+            out = cuda.device_array(A.nnz, dtype=np.float32)
+            args = {**common, "x": cuda.to_device(operands["X"]), "y": cuda.to_device(operands["Y"]), "c": out}
+        kernel(**args)  # checks the structure once
+        return Prepared(
+            lambda: kernel(**args, check_structure=False) or out,
+            lambda result: result.copy_to_host(),
+            sync=cuda.synchronize,
+        )
+
+
+# -------------------------------------------------------------------- baselines
+class Scipy(Library):
+    def version(self) -> str:
+        return scipy.__version__
+
+    def prepare(self, op, A, operands):
+        if op == "spmm":
+            B = operands["B"]
+            return Prepared(lambda: A @ B, np.asarray)
+        X, Y = operands["X"], operands["Y"]
+        rows = row_ids(A)  # structure only, like a CSR -> COO conversion done once
+        return Prepared(lambda: A.data * sampled_dot(A, X, Y, rows=rows), np.asarray)
+
+
+class MKL(Library):
+    def missing(self) -> str | None:
+        reason = super().missing()
+        if reason is None and mkl_rt() is None:
+            reason = f"the `mkl` wheel is not installed (no libmkl_rt.so.* in {Path(sys.prefix) / 'lib'})"
+        return reason
+
+    def env(self) -> dict[str, str]:
+        return {"MKL_RT": str(mkl_rt())}
+
+    def set_threads(self, threads: int) -> None:
+        import sparse_dot_mkl
+
+        sparse_dot_mkl.mkl_set_num_threads(threads)
+
+    def version(self) -> str:
+        import sparse_dot_mkl
+
+        return f"sparse_dot_mkl {_dist_version('sparse_dot_mkl')}, {sparse_dot_mkl.mkl_get_version_string().strip()}"
+
+    def prepare(self, op, A, operands):
+        from sparse_dot_mkl import dot_product_mkl
+
+        B = operands["B"]
+        return Prepared(lambda: dot_product_mkl(A, B), np.asarray)
+
+
+class Torch(Library):
+    def set_threads(self, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+    def version(self) -> str:
+        import torch
+
+        return torch.__version__
+
+    def prepare(self, op, A, operands):
+        import torch
+
+        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+        crow = torch.from_numpy(A.indptr)
+        col = torch.from_numpy(A.indices)
+        At = torch.sparse_csr_tensor(crow, col, torch.from_numpy(A.data), size=A.shape)
+        if op == "spmm":
+            Bt = torch.from_numpy(operands["B"])
+            return Prepared(lambda: torch.sparse.mm(At, Bt), lambda C: C.numpy())
+        Xt, Yt = torch.from_numpy(operands["X"]), torch.from_numpy(operands["Y"])
+
+        def extract(S):
+            same_structure(A, S.crow_indices(), S.col_indices(), "torch.sparse.sampled_addmm")
+            # sampled_addmm samples X @ Y.T at A's entries but ignores A's values: multiply here,
+            # outside the timed call (this favours torch by nnz multiplications).
+            return S.values().numpy() * A.data
+
+        # beta=0: the input's values are not added; Yt.T is a view, so Y's rows stay contiguous.
+        return Prepared(lambda: torch.sparse.sampled_addmm(At, Xt, Yt.T, beta=0.0, alpha=1.0), extract)
+
+
+class GraphBLAS(Library):
+    def set_threads(self, threads: int) -> None:
+        import graphblas as gb
+
+        gb.init("suitesparse", blocking=True)
+        gb.ss.config["nthreads"] = threads
+
+    def version(self) -> str:
+        import graphblas as gb
+
+        return f"python-graphblas {gb.__version__}, SuiteSparse:GraphBLAS {_dist_version('suitesparse-graphblas')}"
+
+    def prepare(self, op, A, operands):
+        import graphblas as gb
+
+        Ag = gb.io.from_scipy_sparse(A)
+        plus_times = gb.semiring.plus_times
+        if op == "spmm":
+            Bg = gb.Matrix.from_dense(operands["B"])
+            return Prepared(lambda: Ag.mxm(Bg, plus_times).new(), lambda C: C.to_dense(fill_value=0))
+        Xg, Yg = gb.Matrix.from_dense(operands["X"]), gb.Matrix.from_dense(operands["Y"])
+
+        def run():
+            S = Xg.mxm(Yg.T, plus_times).new(mask=Ag.S)  # dot products only at A's entries
+            return S.ewise_mult(Ag, gb.binary.times).new()
+
+        def extract(S):
+            csr = gb.io.to_scipy_sparse(S, format="csr")
+            csr.sort_indices()
+            same_structure(A, csr.indptr, csr.indices, "GraphBLAS masked mxm")
+            return csr.data
+
+        return Prepared(run, extract)
+
+
+class Cupy(Library):
+    def version(self) -> str:
+        import cupy
+
+        return f"cupy {cupy.__version__}"
+
+    def prepare(self, op, A, operands):
+        import cupy as cp
+        import cupyx.scipy.sparse
+
+        Ac = cupyx.scipy.sparse.csr_matrix(A)
+        sync = cp.cuda.Device().synchronize
+        if op == "spmm":
+            Bc = cp.asarray(operands["B"])
+            return Prepared(lambda: Ac @ Bc, lambda C: cp.asnumpy(C), sync=sync)
+        Xc, Yc = cp.asarray(operands["X"]), cp.asarray(operands["Y"])
+        rows, cols, data = cp.asarray(row_ids(A)), Ac.indices, Ac.data
+        step = max(1, (1 << 24) // Xc.shape[1])
+
+        def run():
+            out = cp.empty(A.nnz, dtype=cp.float32)
+            for lo in range(0, A.nnz, step):
+                hi = min(A.nnz, lo + step)
+                out[lo:hi] = (Xc[rows[lo:hi]] * Yc[cols[lo:hi]]).sum(axis=1)
+            return out * data
+
+        return Prepared(run, lambda S: cp.asnumpy(S), sync=sync)
+
+
+# -------------------------------------------------------------------- helpers
+def mkl_rt() -> Path | None:
+    """The venv's `libmkl_rt.so.*` (from the `mkl` wheel), which `sparse_dot_mkl` loads via MKL_RT."""
+    lib = Path(sys.prefix) / "lib"
+    found = sorted(lib.glob("libmkl_rt.so.*")) if lib.is_dir() else []
+    return found[-1] if found else None
+
+
+@cache
+def cuda_missing() -> str | None:
+    """Why the CUDA target cannot run (no GPU, ...), probed in a subprocess; None when it can."""
+    probe = "from numba import cuda; print(int(cuda.is_available()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not probe for a GPU ({exc})"
+    if done.returncode != 0 or done.stdout.strip() != "1":
+        return "no CUDA GPU on this machine"
+    return None
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+@cache
+def _git_revision() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+LIBRARIES: dict[str, Library] = {
+    lib.name: lib
+    for lib in (
+        Ours(
+            "sparsetir",
+            "sparsetir_py: sp.ops.spmm / sp.ops.sddmm (default CPU schedules)",
+            ours=True,
+            notes={"spmm": "sp.ops.spmm(A, B)", "sddmm": "sp.ops.sddmm(A, X, Y)"},
+        ),
+        Scipy(
+            "scipy",
+            "scipy.sparse (single-threaded)",
+            notes={"spmm": "A @ B", "sddmm": "A.data * einsum over gathered rows of X and Y (chunked)"},
+        ),
+        MKL(
+            "mkl",
+            "Intel MKL through sparse_dot_mkl",
+            ops=("spmm",),
+            modules=("sparse_dot_mkl",),
+            notes={"spmm": "sparse_dot_mkl.dot_product_mkl(A, B)"},
+        ),
+        Torch(
+            "torch",
+            "torch.sparse, CSR, CPU build",
+            modules=("torch",),
+            notes={
+                "spmm": "torch.sparse.mm(A_csr, B)",
+                "sddmm": "torch.sparse.sampled_addmm(A_csr, X, Y.T, beta=0, alpha=1) (A's values not applied)",
+            },
+        ),
+        GraphBLAS(
+            "graphblas",
+            "python-graphblas (SuiteSparse:GraphBLAS)",
+            modules=("graphblas",),
+            notes={"spmm": "A.mxm(B, plus_times)", "sddmm": "X.mxm(Y.T, plus_times, mask=A.S), then ewise_mult(A)"},
+        ),
+        OursCUDA(
+            "sparsetir-cuda",
+            "sparsetir_py CUDA target (default CUDA schedules, device-resident arrays)",
+            target="cuda",
+            ours=True,
+            notes={"spmm": "sp.compile(spmm_script, 'cuda')", "sddmm": "sp.compile(sddmm_script, 'cuda')"},
+        ),
+        Cupy(
+            "cusparse",
+            "cuSPARSE through cupy",
+            target="cuda",
+            modules=("cupy",),
+            notes={"spmm": "cupyx.scipy.sparse csr @ dense (cuSPARSE SpMM)", "sddmm": "cupy gather + sum (chunked)"},
+        ),
+    )
+}
+
+#: Baselines by target; ours per target.
+BASELINES = {"cpu": ("scipy", "mkl", "torch", "graphblas"), "cuda": ("cusparse",)}
+OURS = {"cpu": "sparsetir", "cuda": "sparsetir-cuda"}

@@ -1,0 +1,194 @@
+"""What is measured and how: references, result checks, timing, the bandwidth model.
+
+Everything here runs inside a worker process (see `bench.worker`), except the bandwidth model
+and the geometric mean, which the parent applies to the workers' numbers. The STREAM triad is in
+`bench.stream`.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse
+
+#: Relative tolerance of a result, against the magnitude `sum |a| * |b|` of each output entry.
+#: A float32 sum of L terms in any order is within about L * 6e-8 of it (worst case); rows and
+#: dot products here have L <= ~10^4 terms, and typical errors grow like sqrt(L) * 6e-8.
+RTOL = 1e-4
+#: Entries of a dense operand are uniform in [-1, 1), seeded by (seed, width, operand).
+VALUE_RANGE = (-1.0, 1.0)
+
+
+# -------------------------------------------------------------------- inputs and references
+def dense_operand(rows: int, width: int, seed: int, which: int) -> np.ndarray:
+    """A seeded C-contiguous float32 `rows x width` operand; `which` tells B, X, Y apart."""
+    rng = np.random.default_rng([seed, width, which])
+    return rng.uniform(*VALUE_RANGE, size=(rows, width)).astype(np.float32)
+
+
+def row_ids(A: scipy.sparse.csr_matrix) -> np.ndarray:
+    """The row of every stored entry of A, in storage order."""
+    return np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+
+
+def sampled_dot(
+    A: scipy.sparse.csr_matrix,
+    X: np.ndarray,
+    Y: np.ndarray,
+    rows: np.ndarray | None = None,
+    chunk_elems: int = 1 << 22,
+) -> np.ndarray:
+    """`sum_k X[i, k] * Y[j, k]` for every stored (i, j) of A, in storage order (A's values unused).
+
+    Gathers rows of X and Y per chunk of nonzeros and reduces with einsum: O(nnz * width) work and
+    O(chunk_elems) extra memory, never an `m x n` dense product. `rows` is `row_ids(A)` when the
+    caller has it already. The result has the dtype of `X * Y`.
+    """
+    rows = row_ids(A) if rows is None else rows
+    cols = A.indices
+    out = np.empty(A.nnz, dtype=np.result_type(X, Y))
+    step = max(1, chunk_elems // max(1, X.shape[1]))
+    for lo in range(0, A.nnz, step):
+        hi = min(A.nnz, lo + step)
+        out[lo:hi] = np.einsum("ij,ij->i", X[rows[lo:hi]], Y[cols[lo:hi]])
+    return out
+
+
+@dataclass
+class Reference:
+    """The float64 scipy result of an operation and the magnitude of each of its entries."""
+
+    value: np.ndarray
+    scale: np.ndarray  # sum of |terms| per entry: what the rounding error is proportional to
+
+
+def spmm_reference(A: scipy.sparse.csr_matrix, B: np.ndarray) -> Reference:
+    """`A @ B` in float64 (scipy), with `|A| @ |B|` as the scale."""
+    A64 = A.astype(np.float64)
+    B64 = B.astype(np.float64)
+    value = np.asarray(A64 @ B64)
+    A64.data = np.abs(A64.data)
+    return Reference(value, np.asarray(A64 @ np.abs(B64)))
+
+
+def sddmm_reference(A: scipy.sparse.csr_matrix, X: np.ndarray, Y: np.ndarray) -> Reference:
+    """`A.multiply(X @ Y.T)` at A's stored entries (storage order) in float64, with its scale."""
+    a = A.data.astype(np.float64)
+    X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
+    value = a * sampled_dot(A, X64, Y64)
+    scale = np.abs(a) * sampled_dot(A, np.abs(X64), np.abs(Y64))
+    return Reference(value, scale)
+
+
+# -------------------------------------------------------------------- checks
+@dataclass
+class Check:
+    """Outcome of comparing a result with the reference."""
+
+    ok: bool
+    max_rel_err: float  # max |got - ref| / scale over entries with a nonzero scale
+    message: str = ""
+
+
+def check_result(got: np.ndarray, ref: Reference, rtol: float = RTOL) -> Check:
+    """Whether `got` equals the reference within `rtol * scale` (plus the smallest float32) everywhere."""
+    got = np.asarray(got)
+    if got.shape != ref.value.shape:
+        return Check(False, math.inf, f"shape {got.shape}, expected {ref.value.shape}")
+    if not np.all(np.isfinite(got)):
+        return Check(False, math.inf, f"{np.count_nonzero(~np.isfinite(got))} entries are not finite")
+    err = np.abs(got.astype(np.float64) - ref.value)
+    tol = rtol * ref.scale + np.finfo(np.float32).tiny
+    bad = err > tol
+    nonzero = ref.scale > 0
+    rel = float(np.max(err[nonzero] / ref.scale[nonzero])) if np.any(nonzero) else float(np.max(err, initial=0.0))
+    if np.any(bad):
+        first = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        return Check(
+            False,
+            rel,
+            f"{np.count_nonzero(bad)} of {bad.size} entries differ; first at {tuple(int(i) for i in first)}: "
+            f"got {got[first]!r}, expected {ref.value[first]!r} (tolerance {tol[first]:.3g})",
+        )
+    return Check(True, rel)
+
+
+# -------------------------------------------------------------------- timing
+@dataclass
+class Timing:
+    """Wall-clock times of repeated calls (seconds), after warm-up."""
+
+    times: list[float]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.times))
+
+    @property
+    def best(self) -> float:
+        return float(np.min(self.times))
+
+
+def time_calls(
+    fn: Callable[[], object],
+    repeat: int,
+    budget: float,
+    min_repeat: int = 3,
+    warmup: int = 1,
+    sync: Callable[[], None] | None = None,
+) -> Timing:
+    """Time `fn()` after `warmup` calls: up to `repeat` calls, stopping early once `budget`
+    seconds are spent (but never before `min_repeat` calls). The garbage collector is off while
+    timing, as in `timeit`; `sync` (e.g. a device synchronisation) ends every timed call."""
+    sync = sync or (lambda: None)
+    for _ in range(warmup):
+        fn()
+        sync()
+    times: list[float] = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        while len(times) < max(1, repeat):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+            if len(times) >= min_repeat and time.perf_counter() - start >= budget:
+                break
+    finally:
+        if enabled:
+            gc.enable()
+    return Timing(times)
+
+
+# -------------------------------------------------------------------- bandwidth model
+def bytes_moved(op: str, m: int, n: int, nnz: int, width: int, index_bytes: int = 4, value_bytes: int = 4) -> int:
+    """Bytes a kernel moves in the benchmark's traffic model (no cache reuse of gathered rows).
+
+    - SpMM `C = A @ B`: A's values, column indices and row pointers; one row of B (`width`
+      values) gathered per nonzero; C written once: `nnz*(v+i) + (m+1)*i + nnz*w*v + m*w*v`.
+    - SDDMM: A's values, indices and row pointers; X read once per row; one row of Y gathered
+      per nonzero; one output value per nonzero: `nnz*(v+i) + (m+1)*i + m*w*v + nnz*w*v + nnz*v`.
+
+    The gathers dominate. Caches can serve repeated rows, so the achieved rate in this model may
+    exceed the STREAM rate on graphs whose dense operand fits in cache.
+    """
+    structure = nnz * (value_bytes + index_bytes) + (m + 1) * index_bytes
+    gathered = nnz * width * value_bytes
+    if op == "spmm":
+        return structure + gathered + m * width * value_bytes
+    if op == "sddmm":
+        return structure + m * width * value_bytes + gathered + nnz * value_bytes
+    raise ValueError(f"in `bytes_moved`: expected op 'spmm' or 'sddmm', but got {op!r}")
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive numbers (nan when there are none)."""
+    logs = [math.log(v) for v in values]
+    return math.exp(sum(logs) / len(logs)) if logs else math.nan

@@ -1,0 +1,200 @@
+"""Derived numbers (ratios, bandwidth, geometric means) and the JSON / markdown outputs.
+
+Ratio = baseline median / ours median, per (graph, width): above 1 means sparsetir_py is faster.
+Achieved bandwidth = `measure.bytes_moved(...)` / median time, also as a fraction of the STREAM
+triad rate measured in the same run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+from .libraries import BASELINES, LIBRARIES, OURS
+from .measure import bytes_moved, geomean
+
+#: Ratios the project aims for (DESIGN.md §5, issue 5); reported, not enforced.
+TARGETS = {"spmm": {"mkl": 0.8, "torch": 1.0}, "sddmm": {"torch": 1.2}}
+
+
+def machine() -> dict:
+    """Where the run happened."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": model or platform.processor(),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+    }
+
+
+def derive(op: str, record: dict) -> dict:
+    """Add bandwidth to every ok result, and the per-(graph, width) ratios and geometric means."""
+    stream = record["stream"]["best_GBps"]
+    for r in record["results"]:
+        if r.get("status") != "ok":
+            continue
+        r["median_ms"] = r["median_s"] * 1e3
+        r["bytes_model"] = bytes_moved(op, r["m"], r["n"], r["nnz"], r["width"], r["index_bytes"])
+        r["GBps"] = r["bytes_model"] / r["median_s"] / 1e9
+        r["frac_stream"] = r["GBps"] / stream
+    by_key = {(r["library"], r["graph"], r["width"]): r for r in record["results"]}
+    comparisons, geomeans = [], {}
+    for target, ours in OURS.items():
+        for baseline in BASELINES[target]:
+            ratios = []
+            for (lib, graph, width), r in by_key.items():
+                if lib != baseline or r.get("status") != "ok":
+                    continue
+                mine = by_key.get((ours, graph, width))
+                if not mine or mine.get("status") != "ok":
+                    continue
+                ratio = r["median_s"] / mine["median_s"]
+                ratios.append(ratio)
+                comparisons.append({"graph": graph, "width": width, "baseline": baseline, "ratio": ratio})
+            if ratios:
+                goal = TARGETS.get(op, {}).get(baseline)
+                geomeans[baseline] = {
+                    "ratio": geomean(ratios),
+                    "count": len(ratios),
+                    "target": goal,
+                    "met": None if goal is None else geomean(ratios) >= goal,
+                }
+    record["comparisons"] = comparisons
+    record["geomean"] = geomeans
+    record["failures"] = [
+        f"{r['library']} on {r['graph']} width {r['width']}: {r['status']}: {r.get('message', '')}"
+        for r in record["results"]
+        if r.get("status") != "ok"
+    ]
+    return record
+
+
+def finish(op: str, record: dict, config_dict: dict, command: str) -> dict:
+    """The full report: the raw record plus what it was run with and the derived numbers."""
+    report = {
+        "op": op,
+        "command": command,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": config_dict,
+        **record,
+    }
+    return derive(op, report)
+
+
+def write(report: dict, out: Path) -> tuple[Path, Path]:
+    """Write `<op>.json` and `<op>.md` into `out`; return their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{report['op']}.json", out / f"{report['op']}.md"
+    json_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def _cell_ms(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    if r.get("status") == "ok":
+        return f"{r['median_ms']:.3g}"
+    return r.get("status", "?").upper()
+
+
+def markdown(report: dict) -> str:
+    """A markdown page: header, notes, one table per target, geometric means."""
+    op = report["op"]
+    stream = report["stream"]
+    config = report["config"]
+    lines = [
+        f"# {op.upper()} benchmark",
+        "",
+        f"- command: `{report['command']}`",
+        f"- date: {report['date']}; machine: {report['machine']['cpu']}, {report['machine']['cores']} cores",
+        f"- threads: {config['threads']} for every library; float32 values, int32 indices; "
+        f"median of up to {config['repeat']} calls after a warm-up (at least {config['min_repeat']}, "
+        f"{config['budget']:g} s budget per measurement)",
+        f"- STREAM triad (same run, {stream['threads']} threads): best {stream['best_GBps']:.1f} GB/s, "
+        f"median {stream['median_GBps']:.1f} GB/s",
+        "- ratio = baseline time / sparsetir_py time (above 1: sparsetir_py is faster); every result was "
+        "checked against scipy (float64) before timing",
+        f"- bandwidth: bytes of the traffic model (`bench.measure.bytes_moved`) / time; %STREAM is of the best "
+        f"triad rate. {_model_text(op)}",
+    ]
+    loads = [entry["loadavg"][0] for entry in report.get("load", [])]
+    if loads:
+        lines.append(f"- 1-minute load average before each graph: {min(loads):.2f} to {max(loads):.2f}")
+    for name, lib in report["libraries"].items():
+        note = LIBRARIES[name].notes.get(op, "")
+        lines.append(f"- `{name}`: {lib.get('version', '')} — {note}")
+    for name, note in report["notes"].items():
+        lines.append(f"- `{name}`: {note}")
+    by_key = {(r["library"], r["graph"], r["width"]): r for r in report["results"]}
+    ratios = {(c["baseline"], c["graph"], c["width"]): c["ratio"] for c in report["comparisons"]}
+    for target, ours in OURS.items():
+        if ours not in report["libraries"]:
+            continue
+        baselines = [b for b in BASELINES[target] if b in report["libraries"]]
+        lines += ["", f"## {target.upper()}", ""]
+        header = ["graph", "nnz", "width", f"{ours} ms", "GB/s", "%STREAM", *(f"{b} ms (ratio)" for b in baselines)]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "---|" * len(header))
+        for graph in config["graphs"]:
+            for width in config["widths"]:
+                mine = by_key.get((ours, graph, width))
+                if mine is None:
+                    continue
+                ok = mine.get("status") == "ok"
+                row = [
+                    graph,
+                    str(mine.get("nnz", "")),
+                    str(width),
+                    _cell_ms(mine),
+                    f"{mine['GBps']:.1f}" if ok else "-",
+                    f"{100 * mine['frac_stream']:.0f}%" if ok else "-",
+                ]
+                for b in baselines:
+                    cell = _cell_ms(by_key.get((b, graph, width)))
+                    ratio = ratios.get((b, graph, width))
+                    row.append(f"{cell} ({ratio:.2f}x)" if ratio is not None else cell)
+                lines.append("| " + " | ".join(row) + " |")
+    if report["geomean"]:
+        lines += ["", "## Geometric mean of the ratios", ""]
+        lines.append("| baseline | geomean ratio | pairs | target | met |")
+        lines.append("|---|---|---|---|---|")
+        for name, g in report["geomean"].items():
+            goal = f">= {g['target']:g}x" if g["target"] is not None else "-"
+            met = "-" if g["met"] is None else ("yes" if g["met"] else "no")
+            lines.append(f"| {name} | {g['ratio']:.2f}x | {g['count']} | {goal} | {met} |")
+    if report["failures"]:
+        lines += ["", "## Failures", ""]
+        lines += [f"- {f}" for f in report["failures"]]
+    return "\n".join(lines) + "\n"
+
+
+def _model_text(op: str) -> str:
+    if op == "spmm":
+        return "SpMM model: A (values, indices, indptr) + one row of B gathered per nonzero + C written."
+    return "SDDMM model: A (values, indices, indptr) + X once + one row of Y gathered per nonzero + output."
+
+
+def summary(report: dict) -> str:
+    """A few lines for the terminal."""
+    lines = [f"{report['op']}: STREAM triad {report['stream']['best_GBps']:.1f} GB/s"]
+    for name, g in report["geomean"].items():
+        goal = "" if g["target"] is None else f" (target >= {g['target']:g}x: {'met' if g['met'] else 'not met'})"
+        lines.append(f"  geomean vs {name}: {g['ratio']:.2f}x over {g['count']} runs{goal}")
+    for name, note in report["notes"].items():
+        lines.append(f"  {name}: {note}")
+    lines += [f"  FAILED {f}" for f in report["failures"]]
+    return "\n".join(lines)

@@ -1,0 +1,202 @@
+"""Run a benchmark: STREAM, then every (graph, library) group in its own worker process.
+
+The parent never imports a benchmarked library. It builds each worker's environment (thread
+counts, `OMP_WAIT_POLICY=passive`, `MKL_RT`, OpenBLAS variables removed), feeds it a JSON job,
+reads its events, and shows progress. Groups run graph by graph, every library on a graph one
+after the other, so drifts in machine load spread over all libraries alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .graphs import RMAT, RmatParams, rmat_cached
+from .libraries import BASELINES, LIBRARIES, OURS
+from .measure import RTOL
+from .worker import MARK
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the folder holding `bench/`
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+@dataclass
+class Config:
+    """Everything a run depends on (the CLI's options)."""
+
+    op: str
+    graphs: Sequence[str]
+    widths: Sequence[int]
+    baselines: Sequence[str]
+    targets: Sequence[str] = ("cpu",)
+    repeat: int = 30
+    min_repeat: int = 3
+    budget: float = 1.0  # seconds of timed calls per measurement, after the warm-up
+    threads: int = 2
+    seed: int = 0
+    rtol: float = RTOL
+    stream_n: int = 1 << 25  # 3 float64 arrays of 256 MiB: far larger than any cache
+    stream_trials: int = 10
+    out: Path = DEFAULT_OUT
+    keep_openblas_env: bool = False
+    omp_wait_policy: str = "passive"  # DESIGN §5; "active" spins (faster wake-up, bad on a shared machine)
+    progress: bool = True
+    rmat: RmatParams = field(default_factory=RmatParams)
+    worker_timeout: float = 1800.0
+
+
+def worker_env(
+    threads: int, extra: dict[str, str], keep_openblas_env: bool = False, omp_wait_policy: str = "passive"
+) -> dict[str, str]:
+    """The environment of a worker: the parent's, with pinned threads for every runtime."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    # Passive: idle OpenMP threads sleep instead of spinning on the 2 cores (costs a wake-up per call).
+    env["OMP_WAIT_POLICY"] = omp_wait_policy
+    if not keep_openblas_env:
+        for var in OPENBLAS_VARS:  # they select a slower OpenBLAS kernel for numpy (env README)
+            env.pop(var, None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def run_worker(job: dict, env: dict[str, str], timeout: float) -> Iterator[dict]:
+    """Start a worker with `job`, yield its events as they come, then a final `exit` event."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(PACKAGE_ROOT),
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    proc.stdin.write(json.dumps(job))
+    proc.stdin.close()
+    try:
+        for line in proc.stdout:
+            if line.startswith(MARK):
+                yield json.loads(line[len(MARK) :])
+        stderr = proc.stderr.read()
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stderr, code = "worker timed out", -1
+    yield {"event": "exit", "code": code, "stderr_tail": stderr[-3000:]}
+
+
+@dataclass
+class Plan:
+    """Which libraries run, and why the others do not."""
+
+    libraries: list[str]
+    notes: dict[str, str]
+
+
+def plan(config: Config) -> Plan:
+    """Ours per target plus the requested baselines that exist for the targets and the op."""
+    libraries, notes = [], {}
+    for target in config.targets:
+        names = [OURS[target], *(b for b in config.baselines if b in BASELINES[target])]
+        for name in names:
+            lib = LIBRARIES[name]
+            if config.op not in lib.ops:
+                notes[name] = f"no {config.op.upper()} in this library"
+                continue
+            reason = lib.missing()
+            if reason:
+                notes[name] = f"skipped: {reason}"
+                continue
+            libraries.append(name)
+    return Plan(libraries, notes)
+
+
+def run(config: Config) -> dict:
+    """Run the benchmark and return the raw record (see `bench.report` for what is derived)."""
+    p = plan(config)
+    graph_specs = []
+    for name in config.graphs:
+        spec = {"name": name}
+        if name == RMAT:
+            spec["path"] = str(rmat_cached(Path(config.out) / "cache", config.rmat))
+        graph_specs.append(spec)
+    total = 1 + len(graph_specs) * len(config.widths) * len(p.libraries)
+    record: dict = {"stream": None, "libraries": {}, "results": [], "notes": dict(p.notes), "load": []}
+    for name in p.libraries:
+        record["libraries"][name] = {"description": LIBRARIES[name].description, "ours": LIBRARIES[name].ours}
+    with tqdm(total=total, desc=f"bench {config.op}", unit="run", disable=not config.progress, file=sys.stderr) as bar:
+        bar.set_postfix_str("STREAM triad")
+        record["stream"] = _stream(config)
+        bar.update(1)
+        for spec in graph_specs:
+            record["load"].append({"graph": spec["name"], "loadavg": list(os.getloadavg())})
+            for name in p.libraries:
+                bar.set_postfix_str(f"{spec['name']} / {name}")
+                for result in _group(config, name, spec, record):
+                    record["results"].append(result)
+                    bar.update(1)
+    return record
+
+
+def _stream(config: Config) -> dict:
+    job = {"kind": "stream", "n": config.stream_n, "trials": config.stream_trials, "threads": config.threads}
+    env = worker_env(config.threads, {}, config.keep_openblas_env, config.omp_wait_policy)
+    stream, failure = None, ""
+    for event in run_worker(job, env, config.worker_timeout):
+        if event["event"] == "stream":
+            stream = event["stream"]
+        elif event["event"] == "exit" and event["code"] != 0:
+            failure = event["stderr_tail"]
+    if stream is None:
+        raise RuntimeError(f"the STREAM worker failed:\n{failure}")
+    return stream
+
+
+def _group(config: Config, name: str, spec: dict, record: dict) -> Iterator[dict]:
+    """Results of one library on one graph; widths the worker never reported become errors."""
+    lib = LIBRARIES[name]
+    job = {
+        "kind": "group",
+        "op": config.op,
+        "library": name,
+        "graph": spec,
+        "widths": list(config.widths),
+        "repeat": config.repeat,
+        "min_repeat": config.min_repeat,
+        "budget": config.budget,
+        "threads": config.threads,
+        "seed": config.seed,
+        "rtol": config.rtol,
+    }
+    env = worker_env(config.threads, lib.env(), config.keep_openblas_env, config.omp_wait_policy)
+    seen = set()
+    for event in run_worker(job, env, config.worker_timeout):
+        if event["event"] == "env":
+            record["libraries"][name].setdefault("version", event["version"])
+            record["libraries"][name].setdefault("environment", event["environment"])
+        elif event["event"] == "result":
+            seen.add(event["width"])
+            yield event
+        elif event["event"] == "exit":
+            for width in config.widths:
+                if width not in seen:
+                    message = f"worker exited with code {event['code']}: {event['stderr_tail'][-1500:]}"
+                    yield {
+                        "event": "result",
+                        "library": name,
+                        "graph": spec["name"],
+                        "width": width,
+                        "status": "error",
+                        "message": message,
+                    }

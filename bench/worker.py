@@ -1,0 +1,159 @@
+"""One measurement group in its own process: `python -m bench.worker` reads a JSON job on stdin.
+
+A job is either the STREAM triad (`{"kind": "stream", "n": ..., "trials": ...}`) or one library
+on one graph at several widths (`{"kind": "group", "op", "library", "graph", "widths", ...}`).
+Separate processes keep libraries from sharing threading runtimes (Numba's GNU OpenMP, MKL's and
+torch's OpenMP) and let each pin its own thread count from the environment the parent set.
+
+The worker writes one JSON object per line, prefixed with `MARK`, to stdout; libraries may print
+other lines, which the parent ignores. Per width it reports `ok` (checked, then timed), `wrong`
+(the check against scipy failed: not timed), or `error` (an exception, with its message).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+import numpy as np
+
+MARK = "@@bench "
+
+Emit = Callable[[dict], None]
+
+
+def emit_stdout(event: dict) -> None:
+    """Write one event line for the parent."""
+    sys.stdout.write(MARK + json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def environment(threads_of: dict[str, int | str]) -> dict:
+    """What the worker runs with: thread counts, relevant variables, BLAS kernels (threadpoolctl)."""
+    info: dict = {
+        "pid": os.getpid(),
+        "threads": threads_of,
+        "env": {
+            k: os.environ.get(k)
+            for k in (
+                "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS",
+                "OMP_WAIT_POLICY",
+                "OPENBLAS_CORETYPE",
+                "OPENBLAS_L2_SIZE",
+            )
+        },
+    }
+    try:
+        from threadpoolctl import threadpool_info
+
+        info["threadpools"] = [
+            {k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version", "architecture")}
+            for p in threadpool_info()
+        ]
+    except ImportError:
+        info["threadpools"] = "threadpoolctl not installed"
+    return info
+
+
+def run_stream(job: dict, emit: Emit) -> None:
+    """The STREAM triad with the job's array size and number of trials."""
+    import numba
+
+    from .stream import stream_triad
+
+    numba.set_num_threads(int(job["threads"]))
+    emit({"event": "stream", "stream": stream_triad(int(job["n"]), int(job["trials"]))})
+
+
+def run_group(job: dict, emit: Emit) -> None:
+    """Check and time one library on one graph, for every width of the job."""
+    from .graphs import load_graph
+    from .libraries import LIBRARIES
+    from .measure import check_result, dense_operand, sddmm_reference, spmm_reference, time_calls
+
+    op, lib = job["op"], LIBRARIES[job["library"]]
+    lib.set_threads(int(job["threads"]))
+    emit({"event": "env", "version": lib.version(), "environment": environment(_thread_counts(lib))})
+    graph = job["graph"]
+    A = load_graph(graph["name"], graph.get("path"))
+    m, n = A.shape
+    seed = int(job["seed"])
+    for width in job["widths"]:
+        result = {
+            "event": "result",
+            "library": lib.name,
+            "graph": graph["name"],
+            "width": width,
+            "m": m,
+            "n": n,
+            "nnz": int(A.nnz),
+            "index_bytes": A.indices.dtype.itemsize,
+        }
+        try:
+            if op == "spmm":
+                operands = {"B": dense_operand(n, width, seed, 0)}
+                ref = spmm_reference(A, operands["B"])
+            else:
+                operands = {"X": dense_operand(m, width, seed, 1), "Y": dense_operand(n, width, seed, 2)}
+                ref = sddmm_reference(A, operands["X"], operands["Y"])
+            prepared = lib.prepare(op, A, operands)
+            t0 = time.perf_counter()
+            raw = prepared.fn()  # the first call compiles (ours) or initialises (baselines)
+            if prepared.sync:
+                prepared.sync()
+            result["first_call_s"] = time.perf_counter() - t0
+            check = check_result(prepared.extract(raw), ref, rtol=float(job["rtol"]))
+            del raw, ref
+            result["max_rel_err"] = check.max_rel_err
+            if not check.ok:
+                emit({**result, "status": "wrong", "message": check.message})
+                continue
+            timing = time_calls(
+                prepared.fn,
+                repeat=int(job["repeat"]),
+                budget=float(job["budget"]),
+                min_repeat=int(job["min_repeat"]),
+                sync=prepared.sync,
+            )
+            emit({**result, "status": "ok", "times_s": timing.times, "median_s": timing.median})
+        except Exception as exc:  # reported, and the next width still runs
+            emit({**result, "status": "error", "message": _short(exc)})
+
+
+def _thread_counts(lib) -> dict[str, int | str]:
+    counts: dict[str, int | str] = {}
+    if "numba" in sys.modules:
+        counts["numba"] = sys.modules["numba"].get_num_threads()
+    if "torch" in sys.modules:
+        counts["torch"] = sys.modules["torch"].get_num_threads()
+    if "sparse_dot_mkl" in sys.modules:
+        counts["mkl"] = sys.modules["sparse_dot_mkl"].mkl_get_max_threads()
+    if "graphblas" in sys.modules:
+        counts["graphblas"] = sys.modules["graphblas"].ss.config["nthreads"]
+    return counts
+
+
+def _short(exc: BaseException) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    at = f" (at {where[0].filename}:{where[0].lineno})" if where else ""
+    return f"{type(exc).__name__}: {exc}"[:2000] + at
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    np.seterr(all="ignore")
+    if job["kind"] == "stream":
+        run_stream(job, emit_stdout)
+    else:
+        run_group(job, emit_stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
