@@ -30,6 +30,7 @@ from ..ir.buffer import FlatBuffer
 from ..ir.expr import PrimExpr
 from ..ir.stmt import AtomicAdd, For
 from ..ir.visit import walk
+from . import cuda_warp
 from .base import LAUNCH_TAGS, Intrin, Renderer, const_int, is_launch_computable
 
 _LIBDEVICE = ("libdevice",)
@@ -44,6 +45,7 @@ class CUDARenderer(Renderer):
     IMPORTS: ClassVar[dict[str, str]] = {
         **{name: line for name, line in Renderer.IMPORTS.items() if name != "math"},
         "math": "from sparsetir_py.codegen.cuda_intrinsics import math",
+        **cuda_warp.IMPORTS,  # warp shuffles, emulated per warp under the simulator
     }
     INTRINSIC_RULES: ClassVar[dict[str, Intrin]] = {
         **Renderer.INTRINSIC_RULES,
@@ -54,6 +56,7 @@ class CUDARenderer(Renderer):
         "ceil": Intrin("libdevice.ceil{f}({a[0]})", _LIBDEVICE),
         "round": Intrin("libdevice.rint{f}({a[0]})", _LIBDEVICE),
         "trunc": Intrin("libdevice.trunc{f}({a[0]})", _LIBDEVICE),
+        **cuda_warp.INTRINSIC_RULES,
     }
 
     def __init__(self, func, options=None):

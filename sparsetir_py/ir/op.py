@@ -37,6 +37,9 @@ register_intrinsic("pow", 2)
 register_intrinsic("fmod", 2)
 register_intrinsic("syncthreads", 0, "void")
 register_intrinsic("syncwarp", 0, "void")
+# shfl_down_sync(mask, value, delta): CUDA's __shfl_down_sync, `value` of lane `lane + delta` of the
+# warp (its own past the warp); tensorize's warp_sum_32 emits it, codegen/cuda_warp.py renders it.
+register_intrinsic("shfl_down_sync", 3, "arg1")
 # lower_bound(buf, lo, hi, value): the first position p in [lo, hi) of buf's storage (flat, in
 # storage order) with buf[p] >= value, or hi. Coordinate lookups and fused-axis row recovery.
 register_intrinsic("lower_bound", 4, "arg1", buffer_args=(0,))

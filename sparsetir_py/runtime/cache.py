@@ -28,7 +28,7 @@ from typing import Any
 CACHE_FORMAT = 1
 
 # Modules of sparsetir_py.codegen that generated sources import.
-HELPER_MODULES = ("cpu_intrinsics.py", "cuda_intrinsics.py")
+HELPER_MODULES = ("cpu_intrinsics.py", "cuda_intrinsics.py", "cuda_warp.py")
 
 _MODULES: dict[Path, ModuleType] = {}
 
