@@ -44,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=["cpu", "cuda", "auto"], default="auto", help="auto: CPU, plus CUDA on a GPU")
     p.add_argument("--repeat", type=int, help="at most this many timed calls per measurement (default 30)")
     p.add_argument("--budget", type=float, help="seconds of timed calls per measurement, at least 3 calls (default 1)")
+    p.add_argument("--rounds", type=int, default=1, help="sweeps over all groups; keeps each one's fastest median")
     p.add_argument("--threads", type=int, default=2, help="threads for every library (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dense operands")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
@@ -86,6 +87,7 @@ def configs(args: argparse.Namespace) -> list[Config]:
             targets=targets,
             repeat=repeat,
             budget=budget,
+            rounds=max(1, args.rounds),
             threads=args.threads,
             seed=args.seed,
             out=args.out,
@@ -110,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     command = "python -m bench " + shlex.join(argv)
     status = 0
+    stream = None
     for config in configs(args):
-        record = run(config)
+        record = run(config, stream)
+        stream = record["stream"]  # one STREAM measurement per invocation
         config_dict = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
         config_dict["out"] = str(config.out)
         report = finish(config.op, record, config_dict, command)

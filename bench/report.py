@@ -123,7 +123,8 @@ def markdown(report: dict) -> str:
         f"- date: {report['date']}; machine: {report['machine']['cpu']}, {report['machine']['cores']} cores",
         f"- threads: {config['threads']} for every library; float32 values, int32 indices; "
         f"median of up to {config['repeat']} calls after a warm-up (at least {config['min_repeat']}, "
-        f"{config['budget']:g} s budget per measurement)",
+        f"{config['budget']:g} s budget per measurement)"
+        + (f"; lowest median of {config['rounds']} rounds" if config.get("rounds", 1) > 1 else ""),
         f"- STREAM triad (same run, {stream['threads']} threads): best {stream['best_GBps']:.1f} GB/s, "
         f"median {stream['median_GBps']:.1f} GB/s",
         "- ratio = baseline time / sparsetir_py time (above 1: sparsetir_py is faster); every result was "
@@ -160,7 +161,7 @@ def markdown(report: dict) -> str:
                     str(mine.get("nnz", "")),
                     str(width),
                     _cell_ms(mine),
-                    f"{mine['GBps']:.1f}" if ok else "-",
+                    f"{mine['GBps']:.3g}" if ok else "-",
                     f"{100 * mine['frac_stream']:.0f}%" if ok else "-",
                 ]
                 for b in baselines:

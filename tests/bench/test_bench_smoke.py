@@ -1,0 +1,75 @@
+"""Smoke run of the benchmark suite, as `make test` runs it: one small graph, scipy only.
+
+Optional baselines (MKL, torch, GraphBLAS) need not be installed; the run must work either way.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "all", "--smoke", "--no-progress", "--keep-openblas-env", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return out, done
+
+
+def test_smoke_run_exits_cleanly(smoke_out):
+    _, done = smoke_out
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "geomean vs scipy" in done.stdout
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_smoke_json_is_sane(smoke_out, op):
+    """Both libraries ran on cora at width 32, checked against scipy, with positive times and a
+    bandwidth below anything a 2-core machine could reach."""
+    out, _ = smoke_out
+    report = json.loads((out / f"{op}.json").read_text())
+    assert report["op"] == op
+    assert report["config"]["graphs"] == ["cora"] and report["config"]["widths"] == [32]
+    assert report["config"]["threads"] == 2
+    assert 0.5 < report["stream"]["best_GBps"] < 2000
+    results = {r["library"]: r for r in report["results"]}
+    assert set(results) == {"sparsetir", "scipy"}
+    for r in results.values():
+        assert r["status"] == "ok", r
+        assert r["graph"] == "cora" and r["width"] == 32 and r["nnz"] == 10556
+        assert r["max_rel_err"] < report["config"]["rtol"]
+        assert len(r["times_s"]) >= 3
+        assert 0 < min(r["times_s"]) <= r["median_s"] <= max(r["times_s"]) < 5
+        assert 0 < r["GBps"] < 10_000
+    (comparison,) = report["comparisons"]
+    assert comparison["baseline"] == "scipy"
+    assert comparison["ratio"] == pytest.approx(results["scipy"]["median_s"] / results["sparsetir"]["median_s"])
+    assert report["geomean"]["scipy"]["count"] == 1
+    # Workers pinned their threads and reported them.
+    env = report["libraries"]["sparsetir"]["environment"]
+    assert env["threads"]["numba"] == 2
+    assert env["env"]["OMP_WAIT_POLICY"] == "passive"
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_smoke_markdown_has_the_table(smoke_out, op):
+    out, _ = smoke_out
+    text = (out / f"{op}.md").read_text()
+    assert text.startswith(f"# {op.upper()} benchmark")
+    assert "| graph | nnz | width | sparsetir ms | GB/s | %STREAM | scipy ms (ratio) |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| cora |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == ["cora", "10556", "32"]
+    assert float(cells[3]) > 0
+    assert cells[6].endswith("x)")
+    assert "## Geometric mean of the ratios" in text
