@@ -206,11 +206,17 @@ class Layout:
 
 
 def _as_int(value: Any) -> int | None:
+    """The value of a constant extent (an int, an `IntImm`, or any expression with one value)."""
     if isinstance(value, int):
         return value
     from .expr import IntImm
 
-    return value.value if isinstance(value, IntImm) else None
+    if isinstance(value, IntImm):
+        return value.value
+    from ..arith.interval import int_range
+
+    lo, hi = int_range(value)
+    return lo if lo is not None and lo == hi else None
 
 
 def _mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:

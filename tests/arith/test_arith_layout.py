@@ -11,7 +11,7 @@ import pytest
 
 from sparsetir_py.arith.interval import int_range
 from sparsetir_py.arith.layout_maps import delinearize_map, linearize_map
-from sparsetir_py.ir import FlatBuffer, IntImm, Layout, Var
+from sparsetir_py.ir import Cast, FlatBuffer, IntImm, Layout, Var
 from sparsetir_py.ir.layout import LayoutError
 
 
@@ -194,3 +194,5 @@ def test_offset_expressions_for_lowering():
         assert int_range(expr, {i: (vi, vi), j: (vj, vj)}) == (tiled.linear_index((vi, vj), (3, 5)),) * 2
     with pytest.raises(LayoutError, match="constant shape"):
         tiled.offset_expr([i, j], [3, n])
+    cast_shape = [Cast("int64", IntImm(3)), Cast("int64", IntImm(5))]
+    assert tiled.offset_expr([i, j], cast_shape) == expr
