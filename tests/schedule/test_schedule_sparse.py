@@ -26,6 +26,14 @@ from sparsetir_py.schedule import sparse as sparse_module
 from sparsetir_py.schedule.sparse import SparseIterationRV, SpIterRV, sparse_reorder
 
 
+class Schedule(sp.Schedule):
+    """`sp.Schedule` that verifies the function after every primitive."""
+
+    def _update(self, func) -> None:
+        sp.verify(func)
+        super()._update(func)
+
+
 def small_csr(idtype: str = "int32", dtype: str = "float32") -> sps.csr_matrix:
     """7 x 6, about 35% dense, with an empty row (row 3)."""
     A = sps.random(7, 6, density=0.35, format="csr", random_state=5).toarray()
@@ -52,7 +60,7 @@ def check(sch: sp.Schedule, unscheduled, case: corpus.Case, *, kernel: bool = Fa
     assert f.stage == 1
     sp.assert_structural_equal(f, sp.from_script(f.script()))
     sp.assert_structural_equal(sch.trace.apply(unscheduled), sch.mod)
-    namespace = {"sch": sp.Schedule(unscheduled)}
+    namespace = {"sch": Schedule(unscheduled)}
     exec(sch.trace.as_python(), namespace)  # the printed trace is runnable Python
     sp.assert_structural_equal(namespace["sch"].mod, sch.mod)
     assert_computes(f, case)
@@ -80,7 +88,7 @@ def iteration(func, name: str) -> SparseIteration:
 
 # ---------------------------------------------------------------------------------------------- handles
 def test_handles_follow_the_iteration():
-    sch = sp.Schedule(spmm_script())
+    sch = Schedule(spmm_script())
     it = sch.get_sparse_iteration("csrmm")
     assert it == SparseIterationRV("csrmm")
     iters = sch.get_sp_iters(it)
@@ -115,13 +123,13 @@ def test_sparse_reorder_sddmm():
     """The reduction over K moves between the row and its nonzeros: one block over (i, k), the
     nonzeros of the row inside it; the init runs over the row before its first k."""
     func = sddmm_script()
-    sch = sp.Schedule(func)
+    sch = Schedule(func)
     it = sch.get_sparse_iteration("sddmm")
     i, j, k = sch.get_sp_iters(it)
     sch.sparse_reorder(it, [i, k, j])
     sp.assert_structural_equal(sch.mod["main"], sddmm_ikj)
     check(sch, func, corpus.CASES_BY_NAME["sddmm"], kernel=True)
-    lowered = sp.Schedule(sp.lower_sparse_iter(sch.mod))
+    lowered = Schedule(sp.lower_sparse_iter(sch.mod))
     assert [lp.name for lp in lowered.get_loops(lowered.get_block("sddmm0"))] == ["i", "k"]
     assert [lp.name for lp in lowered.get_loops(lowered.get_block("sddmm1"))] == ["j"]
 
@@ -129,7 +137,7 @@ def test_sparse_reorder_sddmm():
 def test_sparse_reorder_csrmm_feature_outside():
     """SpMM with the feature loop outside the row's nonzeros (k before j)."""
     func = spmm_script()
-    sch = sp.Schedule(func)
+    sch = Schedule(func)
     it = sch.get_sparse_iteration("csrmm")
     i, j, k = sch.get_sp_iters(it)
     sch.sparse_reorder(it, [i, k, j])
@@ -139,7 +147,7 @@ def test_sparse_reorder_csrmm_feature_outside():
 
 def test_sparse_reorder_accepts_positions_and_vars():
     func = spmm_script()
-    by_handle, by_position, by_var = sp.Schedule(func), sp.Schedule(func), sp.Schedule(func)
+    by_handle, by_position, by_var = Schedule(func), Schedule(func), Schedule(func)
     i, j, k = by_handle.get_sp_iters(by_handle.get_sparse_iteration("csrmm"))
     by_handle.sparse_reorder(SparseIterationRV("csrmm"), [k, i, j])
     by_position.sparse_reorder(by_position.get_sparse_iteration("csrmm"), [2, 0, 1])
@@ -151,7 +159,7 @@ def test_sparse_reorder_accepts_positions_and_vars():
 
 def test_sparse_reorder_identity_and_handles_stay_valid():
     func = spmm_script()
-    sch = sp.Schedule(func)
+    sch = Schedule(func)
     it = sch.get_sparse_iteration("csrmm")
     i, j, k = sch.get_sp_iters(it)
     sch.sparse_reorder(it, [i, j, k])
@@ -220,13 +228,13 @@ def test_sparse_fuse_sddmm():
     """(i, j) become one walk over A's nonzeros: lowering gives one loop over nnz and a search
     block that recovers each nonzero's row."""
     func = sddmm_script()
-    sch = sp.Schedule(func)
+    sch = Schedule(func)
     it = sch.get_sparse_iteration("sddmm")
     i, j, _ = sch.get_sp_iters(it)
     sch.sparse_fuse(it, [i, j])
     sp.assert_structural_equal(sch.mod["main"], sddmm_fused)
     check(sch, func, corpus.CASES_BY_NAME["sddmm"], kernel=True)
-    lowered = sp.Schedule(sp.lower_sparse_iter(sch.mod))
+    lowered = Schedule(sp.lower_sparse_iter(sch.mod))
     assert [lp.name for lp in lowered.get_loops(lowered.get_block("sddmm0"))] == ["i_j", "k"]
     lowered.get_block("sddmm_fuse_search")
 
@@ -234,7 +242,7 @@ def test_sparse_fuse_sddmm():
 def test_sparse_fuse_then_reorder():
     """The fused group moves as a whole: the reduction over K outermost."""
     func = sddmm_script()
-    sch = sp.Schedule(func)
+    sch = Schedule(func)
     it = sch.get_sparse_iteration("sddmm")
     i, j, k = sch.get_sp_iters(it)
     sch.sparse_fuse(it, [i, j])
@@ -247,7 +255,7 @@ def test_sparse_fuse_without_init():
     """Element-wise over the nonzeros (no reduction): the fused loop covers every stored point."""
     case = corpus.CASES_BY_NAME["csr_element_wise"]
     func = case.build()
-    sch = sp.Schedule(func)
+    sch = Schedule(func)
     name = next(n.name for n in walk(func.body) if isinstance(n, SparseIteration))
     it = sch.get_sparse_iteration(name)
     iters = sch.get_sp_iters(it)
@@ -261,7 +269,7 @@ def test_sparse_fuse_under_an_outer_iterator():
     into one walk, inside the loop over output features."""
     case = corpus.CASES_BY_NAME["rgcn_hetero"]
     func = case.build()
-    sch = sp.Schedule(func)
+    sch = Schedule(func)
     it = sch.get_sparse_iteration("rgcn_hetero")
     _, r, i, _, _ = sch.get_sp_iters(it)
     sch.sparse_fuse(it, [r, i])
@@ -284,7 +292,7 @@ def csf_scale(a: T.handle, b: T.handle, indptr_j: T.handle, indices_j: T.handle,
 def test_sparse_fuse_three_levels():
     """A chain of three axes (a 3-level CSF) fused into one walk over the leaf's nonzeros: two
     binary searches per point recover the row and the middle level."""
-    sch = sp.Schedule(csf_scale)
+    sch = Schedule(csf_scale)
     it = sch.get_sparse_iteration("csf_scale")
     sch.sparse_fuse(it, sch.get_sp_iters(it))
     assert header(sch.func) == 'with T.sp_iter([T.fuse(I, J, K)], "SSS", "csf_scale") as [i, j, k]:'
@@ -309,7 +317,7 @@ def test_sparse_fuse_three_levels():
 
 # ---------------------------------------------------------------------------------------------- preconditions
 def _sddmm_schedule():
-    sch = sp.Schedule(sddmm_script())
+    sch = Schedule(sddmm_script())
     it = sch.get_sparse_iteration("sddmm")
     return sch, it, sch.get_sp_iters(it)
 
@@ -322,12 +330,12 @@ def _fails(sch: sp.Schedule, match: str, fn, *args) -> None:
 
 
 def test_fail_unknown_iteration():
-    sch = sp.Schedule(sddmm_script())
+    sch = Schedule(sddmm_script())
     _fails(sch, "in `get_sparse_iteration`: no sparse iteration named 'nope'", sch.get_sparse_iteration, "nope")
 
 
 def test_fail_stage2_function():
-    sch = sp.Schedule(sp.lower_sparse_iter(sddmm_script()))
+    sch = Schedule(sp.lower_sparse_iter(sddmm_script()))
     _fails(sch, "in `get_sparse_iteration`: expected a Stage I function", sch.get_sparse_iteration, "sddmm")
     with pytest.raises(sp.ScheduleError, match="in `sparse_reorder`: expected a Stage I"):
         sparse_reorder(sch.mod["main"], "sddmm", [0, 1, 2])
@@ -351,7 +359,7 @@ def test_fail_reorder_not_a_permutation():
 
 def test_fail_reorder_foreign_iterator():
     sch, it, (i, j, _) = _sddmm_schedule()
-    other = sp.Schedule(spmm_script())
+    other = Schedule(spmm_script())
     (_, _, k_other) = other.get_sp_iters(other.get_sparse_iteration("csrmm"))
     _fails(sch, "expected an iterator of sparse iteration `sddmm`", sch.sparse_reorder, it, [i, j, k_other])
     _fails(sch, r"expected an iterator position in \[0, 3\)", sch.sparse_reorder, it, [0, 1, 3])
@@ -378,7 +386,7 @@ def test_fail_fuse_not_adjacent():
 
 
 def test_fail_fuse_not_a_chain():
-    func = sp.Schedule(sddmm_script())
+    func = Schedule(sddmm_script())
     it = func.get_sparse_iteration("sddmm")
     i, j, k = func.get_sp_iters(it)
     func.sparse_reorder(it, [i, k, j])
@@ -392,7 +400,7 @@ def test_fail_fuse_not_from_root():
 
 
 def test_fail_fuse_mixed_kinds():
-    sch = sp.Schedule(spmm_script())
+    sch = Schedule(spmm_script())
     it = sch.get_sparse_iteration("csrmm")
     i, j, _ = sch.get_sp_iters(it)
     _fails(sch, 'all spatial or all reduction iterators, but \\[i, j\\] have kinds "SR"', sch.sparse_fuse, it, [i, j])
@@ -402,7 +410,7 @@ def test_fail_fuse_twice_and_attached():
     sch, it, (i, j, _) = _sddmm_schedule()
     sch.sparse_fuse(it, [i, j])
     _fails(sch, "iterator `i` is already fused", sch.sparse_fuse, it, [i, j])
-    hyper = sp.Schedule(corpus.CASES_BY_NAME["hyper_gnn"].build())
+    hyper = Schedule(corpus.CASES_BY_NAME["hyper_gnn"].build())
     h = hyper.get_sparse_iteration("hyper_gnn")
     _, _, j2, it2 = hyper.get_sp_iters(h)
     _fails(hyper, "iterator `it` is already attached", hyper.sparse_fuse, h, [j2, it2])

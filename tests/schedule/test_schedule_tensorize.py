@@ -27,6 +27,14 @@ from sparsetir_py.schedule import tensorize as tensorize_module
 from sparsetir_py.schedule.intrinsics import get_tensor_intrin, tensor_intrins
 
 
+class Schedule(sp.Schedule):
+    """`sp.Schedule` that verifies the function after every primitive."""
+
+    def _update(self, func) -> None:
+        sp.verify(func)
+        super()._update(func)
+
+
 def check(sch: sp.Schedule, unscheduled) -> None:
     """Verify, printer round trip, trace replay (`apply` and the printed Python)."""
     f = sch.mod["main"]
@@ -34,7 +42,7 @@ def check(sch: sp.Schedule, unscheduled) -> None:
     assert f.stage == 2
     sp.assert_structural_equal(f, sp.from_script(f.script()))
     sp.assert_structural_equal(sch.trace.apply(unscheduled), sch.mod)
-    namespace = {"sch": sp.Schedule(unscheduled)}
+    namespace = {"sch": Schedule(unscheduled)}
     exec(sch.trace.as_python(), namespace)
     sp.assert_structural_equal(namespace["sch"].mod, sch.mod)
     sp.verify(sp.lower_sparse_buffer(sch.mod))
@@ -129,7 +137,7 @@ def test_register_a_new_intrinsic(monkeypatch):
     with pytest.raises(ValueError, match="already registered"):
         intrinsics.register_tensor_intrin(intrin)
     case = corpus.CASES_BY_NAME["csr_reduce"]
-    sch = sp.Schedule(sp.lower_sparse_iter(case.build()))
+    sch = Schedule(sp.lower_sparse_iter(case.build()))
     (j,) = sch.get_loops(sch.get_block("csr_reduce1"))
     _, j_inner = sch.split(j, [None, 2])
     sch.tensorize(j_inner, "test_sum_2")
@@ -190,7 +198,7 @@ def rowdot_dot4(a: T.handle, b: T.handle, c: T.handle, n: T.int32):
 def test_dot4_expected_ir():
     """The block moves above `k_inner`; its iterator `vk` becomes `vk_o` over `k_outer`; the four
     products are one store, summed as a balanced tree; the init stays (it runs at vk_o == 0)."""
-    sch = sp.Schedule(rowdot)
+    sch = Schedule(rowdot)
     (_, _, k_inner) = sch.get_loops(sch.get_block("rowdot"))
     sch.tensorize(k_inner, "dot_4")  # one loop handle, the CPU implementation by default
     sp.assert_structural_equal(sch.mod["main"], rowdot_dot4)
@@ -208,7 +216,7 @@ def test_dot8_sddmm_cpu_kernel(feat):
     feat are 0), feat = 16 (specialized) has none; both equal scipy, empty and full rows too."""
     func = sddmm_script() if feat == 13 else sddmm_script().specialize({"feat": feat})
     mod = sp.lower_sparse_iter(func)
-    sch = sp.Schedule(mod)
+    sch = Schedule(mod)
     sddmm_dot_schedule(sch, 8)
     check(sch, mod)
     block = block_named(sch.mod["main"], "sddmm1")
@@ -223,7 +231,7 @@ def test_dot8_sddmm_cpu_kernel(feat):
 def test_dot_via_block_handle_and_float64():
     """`tensorize(block)` takes the loop directly around the block; float64 and int64 indices."""
     mod = sp.lower_sparse_iter(sddmm_script("int64", "float64").specialize({"feat": 8}))
-    sch = sp.Schedule(mod)
+    sch = Schedule(mod)
     _, k = sch.get_loops(sch.get_block("sddmm1"))
     sch.split(k, [None, 4])
     sch.tensorize(sch.get_block("sddmm1"), "dot_4", "cpu")
@@ -237,7 +245,7 @@ def test_dot_whole_loop_moves_init_into_body():
     """Tensorizing the whole reduction (extent = width): no reduction iterator is left, so the init
     becomes the first statement of the block's body, once per spatial point."""
     mod = sp.lower_sparse_iter(sddmm_script().specialize({"feat": 4}))
-    sch = sp.Schedule(mod)
+    sch = Schedule(mod)
     _, k = sch.get_loops(sch.get_block("sddmm1"))
     sch.tensorize(k, "dot_4", "cpu")
     check(sch, mod)
@@ -296,7 +304,7 @@ def rowdot64_warp(a: T.handle, b: T.handle, c: T.handle, n: T.int32):
 def test_warp_sum_expected_ir():
     """The lanes are `k_inner` bound to threadIdx.x: a term each in a local register, five
     shuffles down (16, 8, 4, 2, 1), and lane 0 adds the warp's sum to the accumulator."""
-    sch = sp.Schedule(rowdot64)
+    sch = Schedule(rowdot64)
     (_, _, k_inner) = sch.get_loops(sch.get_block("rowdot"))
     sch.tensorize(k_inner, "warp_sum_32")  # its only implementation: CUDA
     sp.assert_structural_equal(sch.mod["main"], rowdot64_warp)
@@ -309,7 +317,7 @@ def warp_sddmm_module(feat: int | None = None, idtype: str = "int32", dtype: str
     if feat is not None:
         func = func.specialize({"feat": feat})
     mod = sp.lower_sparse_iter(func)
-    sch = sp.Schedule(mod)
+    sch = Schedule(mod)
     sddmm_warp_schedule(sch)
     return sch, mod
 
@@ -341,7 +349,7 @@ def warp_row_sum_module(dtype: str = "float32"):
     """CSR row sums with a warp per row: the variable-extent reduction over j split by 32."""
     case = corpus.CASES_BY_NAME["csr_reduce"]
     mod = sp.lower_sparse_iter(case.build("int32", dtype))
-    sch = sp.Schedule(mod)
+    sch = Schedule(mod)
     (i,) = sch.get_loops(sch.get_block("csr_reduce0"))
     sch.bind(i, "blockIdx.x")
     (j,) = sch.get_loops(sch.get_block("csr_reduce1"))
@@ -373,7 +381,7 @@ def _fails(sch: sp.Schedule, match: str, *args) -> None:
 
 def _sddmm_split(width: int = 4, feat: int | None = 8):
     func = sddmm_script() if feat is None else sddmm_script().specialize({"feat": feat})
-    sch = sp.Schedule(sp.lower_sparse_iter(func))
+    sch = Schedule(sp.lower_sparse_iter(func))
     j, k = sch.get_loops(sch.get_block("sddmm1"))
     k_outer, k_inner = sch.split(k, [None, width])
     return sch, j, k_outer, k_inner
@@ -392,7 +400,7 @@ def test_fail_target_not_implemented():
 
 
 def test_fail_not_stage2():
-    stage1 = sp.Schedule(sddmm_script())
+    stage1 = Schedule(sddmm_script())
     with pytest.raises(sp.ScheduleError, match="in `tensorize`: expected a Stage II function .* at Stage 1"):
         tensorize_module.tensorize(stage1.func, "sddmm1", "dot_4")
     sch, _, _, _ = _sddmm_split()
@@ -419,7 +427,7 @@ def test_fail_loop_not_serial():
 
 
 def test_fail_body_not_one_block():
-    sch = sp.Schedule(sp.lower_sparse_iter(sddmm_script().specialize({"feat": 16})))
+    sch = Schedule(sp.lower_sparse_iter(sddmm_script().specialize({"feat": 16})))
     _, k = sch.get_loops(sch.get_block("sddmm1"))
     _, k1, _ = sch.split(k, [None, 4, 2])
     _fails(sch, "expected the body of loop `k_1` to be exactly one block, but it is a For", k1, "dot_4")
@@ -427,7 +435,7 @@ def test_fail_body_not_one_block():
 
 def test_fail_spatial_loop():
     case = corpus.CASES_BY_NAME["csr_element_wise"]
-    sch = sp.Schedule(sp.lower_sparse_iter(case.build()))
+    sch = Schedule(sp.lower_sparse_iter(case.build()))
     (j,) = sch.get_loops(sch.get_block("csr_element_wise1"))
     _, j_inner = sch.split(j, [None, 4])
     _fails(sch, "expected loop `j_inner` to carry a reduction, but block `csr_element_wise1` binds it to the spatial "
@@ -437,7 +445,7 @@ def test_fail_spatial_loop():
 def test_fail_description_mismatch():
     """A row sum has no product: `dot_4` does not describe it (`warp_sum_32` does)."""
     case = corpus.CASES_BY_NAME["csr_reduce"]
-    sch = sp.Schedule(sp.lower_sparse_iter(case.build()))
+    sch = Schedule(sp.lower_sparse_iter(case.build()))
     (j,) = sch.get_loops(sch.get_block("csr_reduce1"))
     _, j_inner = sch.split(j, [None, 4])
     _fails(sch, r"expected block's store to match the description of `dot_4`, ACC\[0\] = ACC\[0\] \+ A\[vk\] \* "
@@ -445,7 +453,7 @@ def test_fail_description_mismatch():
 
 
 def test_fail_dtype():
-    sch = sp.Schedule(sp.lower_sparse_iter(sddmm_script("int32", "float16").specialize({"feat": 8})))
+    sch = Schedule(sp.lower_sparse_iter(sddmm_script("int32", "float16").specialize({"feat": 8})))
     _, k = sch.get_loops(sch.get_block("sddmm1"))
     _, k_inner = sch.split(k, [None, 4])
     _fails(sch, "expected an accumulator of dtype float32, float64 for `dot_4`, but `C` is float16", k_inner, "dot_4")
@@ -485,41 +493,41 @@ ACC = "C[vi] = C[vi] + A[vi, vk] * B[vk]"
 
 
 def test_stage2_helper_tensorizes():
-    sch = sp.Schedule(stage2(ACC))
+    sch = Schedule(stage2(ACC))
     sch.tensorize(sch.get_block("dot"), "dot_4")
     check(sch, stage2(ACC))
 
 
 def test_fail_loop_not_from_zero():
-    sch = sp.Schedule(stage2(ACC, loop="1, 5", binding="k - 1"))
+    sch = Schedule(stage2(ACC, loop="1, 5", binding="k - 1"))
     _fails(sch, "expected a loop starting at 0, but `k` starts at 1", sch.get_block("dot"), "dot_4")
 
 
 def test_fail_binding_not_outer_plus_loop():
-    sch = sp.Schedule(stage2(ACC, binding="k * 2"))
+    sch = Schedule(stage2(ACC, binding="k * 2"))
     _fails(sch, "expected iterator `vk` bound to `outer \\+ k` .*, but it is bound to k \\* 2", sch.get_block("dot"),
            "dot_4")  # fmt: skip
 
 
 def test_fail_predicate_uses_loop():
-    sch = sp.Schedule(stage2(ACC, where="T.where(k < 3)"))
+    sch = Schedule(stage2(ACC, where="T.where(k < 3)"))
     _fails(sch, "to use loop `k` only in the split guard k < 8, but it has k < 3", sch.get_block("dot"), "dot_4")
 
 
 def test_fail_accumulator_depends_on_lane():
-    sch = sp.Schedule(stage2("C[vk] = C[vk] + A[vi, vk] * B[vk]"))
+    sch = Schedule(stage2("C[vk] = C[vk] + A[vi, vk] * B[vk]"))
     _fails(sch, "expected an accumulator that does not depend on the reduction iterator `vk`, but the block writes "
            "C\\[vk\\]", sch.get_block("dot"), "dot_4")  # fmt: skip
 
 
 def test_fail_term_reads_accumulator():
-    sch = sp.Schedule(stage2("C[vi] = C[vi] + C[vk] * B[vk]"))
+    sch = Schedule(stage2("C[vi] = C[vi] + C[vk] * B[vk]"))
     _fails(sch, "expected terms that do not read the accumulator's buffer `C`, but operand A is C\\[vk\\]",
            sch.get_block("dot"), "dot_4")  # fmt: skip
 
 
 def test_fail_block_not_one_store():
-    sch = sp.Schedule(stage2("C[vi] = C[vi] + A[vi, vk] * B[vk]\n                C[vi] = C[vi] * 2.0"))
+    sch = Schedule(stage2("C[vi] = C[vi] + A[vi, vk] * B[vk]\n                C[vi] = C[vi] * 2.0"))
     _fails(sch, "expected block `dot` to be one store .*, but its body is a SeqStmt", sch.get_block("dot"), "dot_4")
 
 
@@ -529,13 +537,13 @@ def test_fail_block_without_loop():
     text = text.replace("T.axis.spatial(n, i)", "T.axis.spatial(n, 0)").replace(
         "T.axis.reduce(8, k)", "T.axis.reduce(8, 0)"
     )
-    sch = sp.Schedule(sp.from_script(text))
+    sch = Schedule(sp.from_script(text))
     sp.verify(sch.func)
     _fails(sch, "expected a block inside a loop, but block `dot` has no loop of its own", sch.get_block("dot"), "dot_4")
 
 
 def test_fail_warp_inside_thread_x():
-    unbound = sp.Schedule(sp.lower_sparse_iter(sddmm_script()))
+    unbound = Schedule(sp.lower_sparse_iter(sddmm_script()))
     j, k = unbound.get_loops(unbound.get_block("sddmm1"))
     _, j_inner = unbound.split(j, [None, 32])
     unbound.bind(j_inner, "threadIdx.x")
@@ -551,7 +559,7 @@ def test_fail_warp_partial_warps():
         '    for t in T.thread_binding(16, thread="threadIdx.x"):\n        C[t] = T.float32(0.0)\n'
         '    for i in T.thread_binding(n, thread="blockIdx.x"):',
     )
-    sch = sp.Schedule(sp.from_script(text))
+    sch = Schedule(sp.from_script(text))
     sp.verify(sch.func)
     (_, _, k_inner) = sch.get_loops(sch.get_block("rowdot"))
     _fails(sch, "expected every loop bound to threadIdx.x to span whole warps .* `t` has extent 16", k_inner,

@@ -101,6 +101,22 @@ def _sddmm_exact() -> None:
     _run_sddmm(_sddmm_kernel(32), _csr(4, 5, 0.5, 2), 32, 1, pass_feat=False)
 
 
+@check("sddmm/whole_reduction_per_warp")
+def _sddmm_whole() -> None:
+    """feat = 32 and `k` tensorized unsplit: no reduction iterator is left, so the init runs in the
+    block's body (every lane writes 0 before the shuffles), then lane 0 adds the sum."""
+    import sparsetir_py as sp
+    from sparsetir_py.ops import sddmm_script
+
+    sch = sp.Schedule(sp.lower_sparse_iter(sddmm_script().specialize({"feat": 32})))
+    (i,) = sch.get_loops(sch.get_block("sddmm0"))
+    sch.bind(i, "blockIdx.x")
+    _, k = sch.get_loops(sch.get_block("sddmm1"))
+    sch.tensorize(k, "warp_sum_32", "cuda")
+    kernel = sp.build(sp.lower_sparse_buffer(sch.mod), target="cuda")
+    _run_sddmm(kernel, _csr(3, 4, 0.5, 7), 32, 3, pass_feat=False)
+
+
 @check("sddmm/int64_float64")
 def _sddmm_f64() -> None:
     _run_sddmm(_sddmm_kernel(None, "int64", "float64", warps=1), _csr(4, 5, 0.5, 3, "int64", "float64"), 33, 2)
