@@ -188,7 +188,8 @@ class LoopInterpreter:
     def allocate(self, buf: FlatBuffer) -> None:
         size = 1
         for extent in buf.shape:
-            size *= eval_int(extent, self.env, f"shape of `{buf.name}`")
+            value = self.ev(extent)  # may read buffers: a block sizes scratch by its row's length
+            size *= value if isinstance(value, int) else eval_int(extent, self.env, f"shape of `{buf.name}`")
         self.data[buf] = np.zeros(size, dtype=buf.dtype)
 
     def run_block(self, b: Block) -> None:

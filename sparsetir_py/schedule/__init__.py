@@ -1,5 +1,11 @@
-"""Schedules: TensorIR-style primitives on Stage II functions, recorded in a replayable trace."""
+"""Schedules: TensorIR-style primitives on Stage II functions, recorded in a replayable trace.
+
+Every primitive is a pure function in a module named for its family (`loops`, `caching`,
+`compute_at`, `reduction`, `annotation`, `sparse`, `tensorize`); `Schedule` calls it, keeps the
+new function and appends the call to its trace.
+"""
 
 from .schedule import BlockRV, LoopRV, Schedule, Trace
+from .state import fragment
 
-__all__ = ["BlockRV", "LoopRV", "Schedule", "Trace"]
+__all__ = ["BlockRV", "LoopRV", "Schedule", "Trace", "fragment"]

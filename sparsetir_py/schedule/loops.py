@@ -1,11 +1,27 @@
-"""Loop primitives: split, parallel, vectorize, unroll, bind.
+"""Loop primitives: split, fuse, reorder, parallel, vectorize, unroll, bind.
 
-Each is a pure function `prim(func, ...) -> func` (plus new loop handles where it creates loops);
-`Schedule` records the call in its trace. Preconditions are `ScheduleError`s that name the
-primitive, and a failing primitive leaves the schedule unchanged.
+Each is a pure function `prim(func, ...) -> func` (plus new loop variables where it creates
+loops); `Schedule` records the call in its trace. Preconditions are `ScheduleError`s that name
+the primitive, and a failing primitive leaves the schedule unchanged.
+
+The examples below start from SpMM after `lower_sparse_iter`:
+
+    for i in T.serial(m):
+        with T.block("csrmm0"):
+            vi = T.axis.spatial(m, i)
+            ...
+            for j in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
+                for k in T.serial(feat):
+                    with T.block("csrmm1"):
+                        vj = T.axis.reduce(J_indptr[vi + 1] - J_indptr[vi], j)
+                        vk = T.axis.spatial(feat, k)
+                        ...
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
 
 from ..errors import ScheduleError
 from ..ir import make as mk
@@ -13,21 +29,38 @@ from ..ir.expr import BinOp, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import THREAD_TAGS, Block, For, IfThenElse
 from ..ir.visit import substitute, walk
-from .state import blocks_under, find_loop, replace_loop
+from .regions import prove_le
+from .state import NameGen, blocks_under, facts, find_loop, loop_path, replace_loop, replace_stmt, uses_var
 
 BINDABLE = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def _describe(loop: For) -> str:
+    if loop.kind == "thread_binding":
+        return f"bound to {loop.thread}"
+    if loop.annotations:
+        return f"annotated with {dict(loop.annotations)!r}"
+    return loop.kind
 
 
 def _serial_unbound(loop: For, primitive: str) -> None:
     if loop.kind != "serial" or loop.annotations:
         raise ScheduleError(
             f"in `{primitive}`: expected a serial loop that is not yet bound or annotated, but "
-            f"`{loop.loop_var.name}` is {loop.kind}"
+            f"`{loop.loop_var.name}` is {_describe(loop)}"
+        )
+
+
+def _starts_at_zero(loop: For, primitive: str) -> None:
+    if not (isinstance(loop.min, IntImm) and loop.min.value == 0):
+        raise ScheduleError(
+            f"in `{primitive}`: expected a loop starting at 0, but `{loop.loop_var.name}` starts at {loop.min}"
         )
 
 
 def carries_reduction(loop: For) -> bool:
-    """Some block under `loop` binds a reduction iterator to an expression of the loop variable."""
+    """Some block under `loop` binds a reduction iterator to an expression of the loop variable,
+    and is not annotated "atomic" (its updates are then atomic adds, see `annotation.annotate`)."""
     for block in blocks_under(loop.body):
         for iv in block.iter_vars:
             uses_loop = any(n is loop.loop_var for n in walk(iv.value))
@@ -41,104 +74,152 @@ def _set_kind(func: PrimFunc, loop_var: Var, kind: str, primitive: str, thread: 
     _serial_unbound(loop, primitive)
     if kind in ("parallel", "thread_binding") and carries_reduction(loop):
         raise ScheduleError(
-            f"in `{primitive}`: loop `{loop_var.name}` carries a reduction; several threads would write one "
-            'element (annotate the block with "atomic" first)'
+            f"in `{primitive}`: expected a loop that carries no reduction, but `{loop_var.name}` does: several "
+            'threads would update one element (decompose_reduction, then annotate the block "atomic")'
         )
     return replace_loop(func, loop_var, lambda f: f.replace(kind=kind, thread=thread))
 
 
 def parallel(func: PrimFunc, loop: Var) -> PrimFunc:
-    """Run the iterations of a loop in parallel (CPU threads; `prange`).
+    """Run the iterations of a loop in parallel (CPU threads: `numba.prange`).
 
-    It requires: a serial, unannotated loop that carries no reduction.
+    It requires: a serial, unannotated loop that carries no reduction (unless the reduction's
+    block is annotated "atomic").
+
+    Before: `for i in T.serial(m):`    `parallel(f, i)`    After: `for i in T.parallel(m):`
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.schedule.state import loops_of
+    >>> f = sp.lower_sparse_iter(sp.ops.spmm_script())["main"]
+    >>> (i,) = [loop.loop_var for loop in loops_of(f, "csrmm0")]
+    >>> print(sp.schedule.fragment(parallel(f, i), i).splitlines()[0])
+    for i in T.parallel(m):
     """
     return _set_kind(func, loop, "parallel", "parallel")
 
 
 def vectorize(func: PrimFunc, loop: Var) -> PrimFunc:
-    """Mark a loop for vectorisation. It requires: a serial, unannotated loop."""
+    """Mark a loop for vectorisation (on the CPU a plain loop that LLVM vectorises).
+
+    It requires: a serial, unannotated loop.
+
+    Before: `for k in T.serial(feat):`    `vectorize(f, k)`    After: `for k in T.vectorized(feat):`
+    """
     return _set_kind(func, loop, "vectorized", "vectorize")
 
 
 def unroll(func: PrimFunc, loop: Var) -> PrimFunc:
-    """Mark a loop for unrolling. It requires: a serial, unannotated loop."""
+    """Mark a loop for unrolling.
+
+    It requires: a serial, unannotated loop.
+
+    Before: `for k in T.serial(4):`    `unroll(f, k)`    After: `for k in T.unroll(4):`
+    """
     return _set_kind(func, loop, "unrolled", "unroll")
 
 
 def bind(func: PrimFunc, loop: Var, thread: str) -> PrimFunc:
     """Bind a loop to a GPU thread axis (`blockIdx.x/y/z`, `threadIdx.x/y/z`).
 
-    It requires: a serial, unannotated loop starting at 0 that carries no reduction; a known tag.
+    It requires: a serial, unannotated loop starting at 0 that carries no reduction (unless the
+    reduction's block is annotated "atomic"); one of the six tags.
+
+    Before: `for i in T.serial(m):`    `bind(f, i, "blockIdx.x")`
+    After: `for i in T.thread_binding(m, thread="blockIdx.x"):`
     """
     if thread not in BINDABLE:
         raise ScheduleError(f"in `bind`: expected one of {', '.join(BINDABLE)}, but got {thread!r}")
     assert thread in THREAD_TAGS
-    found = find_loop(func, loop, "bind")
-    if not (isinstance(found.min, IntImm) and found.min.value == 0):
-        raise ScheduleError(f"in `bind`: expected a loop starting at 0, but `{loop.name}` starts at {found.min}")
+    _starts_at_zero(find_loop(func, loop, "bind"), "bind")
     return _set_kind(func, loop, "thread_binding", "bind", thread)
 
 
-def _divides(extent: PrimExpr, factor: PrimExpr) -> bool:
-    return isinstance(extent, IntImm) and isinstance(factor, IntImm) and extent.value % factor.value == 0
+def _factor(f, dtype: str, factors) -> PrimExpr | None:
+    if f is None:
+        return None
+    if isinstance(f, bool) or not isinstance(f, int | PrimExpr):
+        raise ScheduleError(f"in `split`: expected integer factors or None, but got {factors!r}")
+    f = f if isinstance(f, PrimExpr) else IntImm(int(f), dtype)
+    if isinstance(f, IntImm) and f.value <= 0:
+        raise ScheduleError(f"in `split`: expected positive factors, but got {factors!r}")
+    return mk.cast(dtype, f)
 
 
-def split(func: PrimFunc, loop: Var, factors: list) -> tuple[PrimFunc, list[Var]]:
+def split(func: PrimFunc, loop: Var, factors: Sequence) -> tuple[PrimFunc, list[Var]]:
     """Split a loop into nested loops of the given extents (outermost first).
 
-    It requires: a serial or parallel loop starting at 0; positive factors, at most one `None`
-    (inferred as the ceiling division of the extent by the product of the others).
+    It requires: a serial or parallel loop starting at 0; at least two factors, positive, at most
+    one `None` (inferred as the ceiling division of the extent by the product of the others);
+    when the extent and all factors are constants, a product that covers the extent.
 
-    A guard (`T.where` on the block below, or an `if`) keeps out-of-range iterations only where
-    the factors are not known to divide the extent.
+    A guard (`T.where` on the block right below, or an `if`) keeps out the iterations past the
+    extent, unless index analysis (`sparsetir_py.arith`) proves that none exist.
+
+    Parameters: `loop` the loop variable, `factors` the new extents. Returns the new function and
+    the new loop variables, `k_outer`/`k_inner` for two factors, `k_0`, `k_1`, ... otherwise.
 
     Before:            for k in T.serial(feat): body(k)
     `split(k, [None, 32])`
-    After:             for k_0 in T.serial((feat + 31) // 32):
-                           for k_1 in T.serial(32):
-                               body(k_0 * 32 + k_1)    # guarded by k_0 * 32 + k_1 < feat
+    After:             for k_outer in T.serial((feat + 31) // 32):
+                           for k_inner in T.serial(32):
+                               body(k_outer * 32 + k_inner)   # where k_outer * 32 + k_inner < feat
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.schedule.state import loops_of
+    >>> f = sp.lower_sparse_iter(sp.ops.spmm_script())["main"]
+    >>> j, k = [loop.loop_var for loop in loops_of(f, "csrmm1")]
+    >>> g, (ko, ki) = split(f, k, [None, 32])
+    >>> print(sp.schedule.fragment(g, ko))
+    for k_outer in T.serial((feat + 31) // 32):
+        for k_inner in T.serial(32):
+            with T.block("csrmm1"):
+                vj = T.axis.reduce(J_indptr[vi + 1] - J_indptr[vi], j)
+                vk = T.axis.spatial(feat, k_outer * 32 + k_inner)
+                T.where(k_outer * 32 + k_inner < feat)
+                with T.init():
+                    C[vi, vk] = T.float32(0.0)
+                C[vi, vk] = C[vi, vk] + A[vi, vj] * B[J_indices[vi, vj], vk]
     """
-    target = find_loop(func, loop, "split")
-    if not (isinstance(target.min, IntImm) and target.min.value == 0):
-        raise ScheduleError(f"in `split`: expected a loop starting at 0, but `{loop.name}` starts at {target.min}")
+    path = loop_path(func, loop, "split")
+    target = path[-1]
+    _starts_at_zero(target, "split")
     if target.kind not in ("serial", "parallel") or target.thread is not None:
-        raise ScheduleError(f"in `split`: expected a serial loop, but `{loop.name}` is {target.kind}")
+        raise ScheduleError(f"in `split`: expected a serial or parallel loop, but `{loop.name}` is {_describe(target)}")
+    factors = list(factors)
     if len(factors) < 2:
         raise ScheduleError(f"in `split`: expected at least two factors, but got {factors!r}")
     if sum(f is None for f in factors) > 1:
         raise ScheduleError(f"in `split`: expected at most one None factor, but got {factors!r}")
     dtype = target.extent.dtype
-    known: list[PrimExpr | None] = []
-    for f in factors:
-        if f is None:
-            known.append(None)
-            continue
-        f = f if isinstance(f, PrimExpr) else IntImm(int(f), dtype)
-        if isinstance(f, IntImm) and f.value <= 0:
-            raise ScheduleError(f"in `split`: expected positive factors, but got {factors!r}")
-        known.append(mk.cast(dtype, f))
+    known = [_factor(f, dtype, factors) for f in factors]
     product: PrimExpr = IntImm(1, dtype)
     for f in known:
         if f is not None:
             product = mk.mul(product, f)
     if None in known:
-        k = known.index(None)
         inferred = BinOp("//", mk.add(target.extent, mk.sub(product, IntImm(1, dtype))), product)
         if isinstance(target.extent, IntImm) and isinstance(product, IntImm):
             inferred = IntImm(-(-target.extent.value // product.value), dtype)
-        known[k] = inferred
-        exact = _divides(target.extent, product)
-    else:
-        exact = (
-            isinstance(target.extent, IntImm) and isinstance(product, IntImm) and target.extent.value == product.value
+        known[known.index(None)] = inferred
+    elif isinstance(target.extent, IntImm) and isinstance(product, IntImm) and product.value < target.extent.value:
+        raise ScheduleError(
+            f"in `split`: expected factors whose product covers the extent {target.extent.value} of "
+            f"`{loop.name}`, but got {factors!r}"
         )
-    names = [f"{loop.name}_{k}" for k in range(len(known))]
-    if len(known) == 2:
-        names = [f"{loop.name}_outer", f"{loop.name}_inner"]
-    new_vars = [Var(n, dtype) for n in names]
+    names = NameGen(func)
+    bases = (
+        [f"{loop.name}_outer", f"{loop.name}_inner"]
+        if len(known) == 2
+        else [f"{loop.name}_{k}" for k in range(len(known))]
+    )
+    new_vars = [Var(names(b), dtype) for b in bases]
     fused: PrimExpr = new_vars[0]
     for v, f in zip(new_vars[1:], known[1:]):
         fused = mk.add(mk.mul(fused, f), v)
+    env = facts(path[:-1])
+    for v, f in zip(new_vars, known):
+        env[v] = (IntImm(0, dtype), mk.sub(f, IntImm(1, dtype)))
+    exact = prove_le(fused, mk.sub(target.extent, IntImm(1, dtype)), env)
 
     def rebuild(f: For):
         body = substitute(f.body, {loop: fused})
@@ -151,7 +232,144 @@ def split(func: PrimFunc, loop: Var, factors: list) -> tuple[PrimFunc, list[Var]
                 body = IfThenElse(cond, body)
         for k in range(len(new_vars) - 1, -1, -1):
             kind = target.kind if k == 0 else "serial"
-            body = For(new_vars[k], IntImm(0, dtype), known[k], kind, body)
+            annotations = target.annotations if k == 0 else type(target.annotations)()
+            body = For(new_vars[k], IntImm(0, dtype), known[k], kind, body, annotations=annotations)
         return body
 
     return replace_loop(func, loop, rebuild), new_vars
+
+
+def _distinct(loops: Sequence[Var], primitive: str) -> None:
+    if len(loops) < 2:
+        raise ScheduleError(f"in `{primitive}`: expected at least two loops, but got {len(loops)}")
+    seen: list[Var] = []
+    for v in loops:
+        if any(v is s for s in seen):
+            raise ScheduleError(f"in `{primitive}`: expected distinct loops, but `{v.name}` is given twice")
+        seen.append(v)
+
+
+def fuse(func: PrimFunc, loops: Sequence[Var]) -> tuple[PrimFunc, Var]:
+    """Fuse perfectly nested loops into one loop over the product of their extents.
+
+    It requires: at least two distinct loops, each the whole body of the previous one; serial,
+    unannotated loops starting at 0; no extent that depends on an outer loop of the group.
+
+    Parameters: `loops` the loop variables, outermost first. Returns the new function and the
+    fused loop's variable (`j_k_fused`); the old loops are gone.
+
+    Before:            for j in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
+                           for k in T.serial(feat): body(j, k)
+    `fuse(j, k)`
+    After:             for j_k_fused in T.serial((J_indptr[vi + 1] - J_indptr[vi]) * feat):
+                           body(j_k_fused // feat, j_k_fused % feat)
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.schedule.state import loops_of
+    >>> f = sp.lower_sparse_iter(sp.ops.spmm_script())["main"]
+    >>> j, k = [loop.loop_var for loop in loops_of(f, "csrmm1")]
+    >>> g, jk = fuse(f, [j, k])
+    >>> print("\\n".join(sp.schedule.fragment(g, jk).splitlines()[:4]))
+    for j_k_fused in T.serial((J_indptr[vi + 1] - J_indptr[vi]) * feat):
+        with T.block("csrmm1"):
+            vj = T.axis.reduce(J_indptr[vi + 1] - J_indptr[vi], j_k_fused // feat)
+            vk = T.axis.spatial(feat, j_k_fused % feat)
+    """
+    primitive = "fuse"
+    loops = list(loops)
+    _distinct(loops, primitive)
+    chain = [find_loop(func, loops[0], primitive)]
+    for v in loops[1:]:
+        inner = find_loop(func, v, primitive)
+        if chain[-1].body is not inner:
+            raise ScheduleError(
+                f"in `{primitive}`: expected `{v.name}` to be the whole body of `{chain[-1].loop_var.name}` "
+                "(adjacent, perfectly nested loops)"
+            )
+        chain.append(inner)
+    for k, f in enumerate(chain):
+        _serial_unbound(f, primitive)
+        _starts_at_zero(f, primitive)
+        outer = [c.loop_var for c in chain[:k]]
+        if uses_var(f.extent, outer):
+            raise ScheduleError(
+                f"in `{primitive}`: expected extents independent of the fused loops, but the extent of "
+                f"`{f.loop_var.name}` uses an outer loop of the group"
+            )
+    extent = chain[0].extent
+    for f in chain[1:]:
+        extent = mk.mul(extent, f.extent)
+    names = NameGen(func)
+    fused = Var(names("_".join(v.name for v in loops) + "_fused"), extent.dtype)
+    mapping: dict[Var, PrimExpr] = {}
+    inner_size: PrimExpr | None = None  # product of the extents inside loop k
+    for k in range(len(chain) - 1, -1, -1):
+        f = chain[k]
+        q = fused if inner_size is None else mk.binop("//", fused, inner_size)
+        value = q if k == 0 else mk.binop("%", q, mk.cast(q.dtype, f.extent))
+        mapping[f.loop_var] = mk.cast(f.loop_var.dtype, value)
+        size = mk.cast(extent.dtype, f.extent)
+        inner_size = size if inner_size is None else mk.mul(inner_size, size)
+    body = substitute(chain[-1].body, mapping)
+    new = For(fused, IntImm(0, extent.dtype), extent, "serial", body)
+    return replace_stmt(func, chain[0], new), fused
+
+
+def reorder(func: PrimFunc, loops: Sequence[Var]) -> PrimFunc:
+    """Reorder loops of one perfect nest: the given loops take each other's places, in the order
+    given (loops of the nest that are not given stay where they are).
+
+    It requires: at least two distinct loops on one nest (between the outermost and the innermost
+    given loop every statement is a loop whose whole body is the next loop); no extent or start
+    of a given loop that depends on another loop of that nest.
+
+    Before:            for j in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
+                           for k in T.serial(feat): body
+    `reorder(k, j)`
+    After:             for k in T.serial(feat):
+                           for j in T.serial(J_indptr[vi + 1] - J_indptr[vi]): body
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.schedule.state import loops_of
+    >>> f = sp.lower_sparse_iter(sp.ops.spmm_script())["main"]
+    >>> j, k = [loop.loop_var for loop in loops_of(f, "csrmm1")]
+    >>> print("\\n".join(sp.schedule.fragment(reorder(f, [k, j]), k).splitlines()[:2]))
+    for k in T.serial(feat):
+        for j in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
+    """
+    primitive = "reorder"
+    loops = list(loops)
+    _distinct(loops, primitive)
+    paths = [loop_path(func, v, primitive) for v in loops]
+    outer_path = min(paths, key=len)
+    inner_path = max(paths, key=len)
+    top = len(outer_path) - 1
+    for v, p in zip(loops, paths):
+        if len(p) > len(inner_path) or inner_path[len(p) - 1] is not p[-1]:
+            raise ScheduleError(
+                f"in `{primitive}`: expected loops of one nest, but `{v.name}` is not around "
+                f"`{inner_path[-1].loop_var.name}`"
+            )
+    nest = inner_path[top:]
+    for outer, inner in pairwise(nest):
+        if not isinstance(inner, For) or outer.body is not inner:
+            raise ScheduleError(
+                f"in `{primitive}`: expected a perfect nest, but the body of `{outer.loop_var.name}` is not "
+                f"just the next loop (it holds a {type(outer.body).__name__})"
+            )
+    nest_vars = [f.loop_var for f in nest]
+    for f in nest:
+        if any(f.loop_var is v for v in loops) and uses_var(BinOp("+", f.min, f.extent), nest_vars):
+            raise ScheduleError(
+                f"in `{primitive}`: expected loops whose range does not depend on the nest, but the extent of "
+                f"`{f.loop_var.name}` uses another loop of it"
+            )
+    given = [k for k, f in enumerate(nest) if any(f.loop_var is v for v in loops)]
+    by_var = {id(f.loop_var): f for f in nest}
+    order = list(nest)
+    for pos, v in zip(given, loops):
+        order[pos] = by_var[id(v)]
+    body = nest[-1].body
+    for f in reversed(order):
+        body = f.replace(body=body)
+    return replace_stmt(func, nest[0], body)

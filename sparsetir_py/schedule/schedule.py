@@ -7,9 +7,13 @@ from typing import Any
 
 from ..ir.expr import Var
 from ..ir.func import IRModule, PrimFunc
+from . import annotation as A
+from . import caching as C
+from . import compute_at as CA
 from . import loops as L
+from . import reduction as RD
 from .sparse import SparseIterationPrimitives
-from .state import find_block, loops_of
+from .state import find_block, get_child_blocks, loops_of
 from .tensorize import TensorizePrimitives
 
 
@@ -37,6 +41,7 @@ class Instruction:
     inputs: tuple
     attrs: tuple
     outputs: tuple
+    unpack: bool = True  # the call returns a list of handles (else one handle)
 
 
 @dataclass
@@ -48,13 +53,16 @@ class Trace:
     def as_python(self) -> str:
         names: dict[Any, str] = {}
         lines = []
+        count = 0
 
         def name_of(h):
             return names[h] if h in names else repr(h.name)
 
         def new_name(h):
+            nonlocal count
             prefix = "b" if isinstance(h, BlockRV) else "l"
-            names[h] = f"{prefix}{len(names)}"
+            names[h] = f"{prefix}{count}"
+            count += 1
             return names[h]
 
         for ins in self.instructions:
@@ -66,9 +74,10 @@ class Trace:
                 lines.append(call)
                 continue
             outs = [new_name(h) for h in ins.outputs]
-            target = outs[0] if ins.kind == "get_block" else f"{', '.join(outs)}{',' if len(outs) == 1 else ''}"
-            if ins.kind != "get_block":
-                target = f"({target})" if len(outs) == 1 else target
+            if ins.kind == "get_block" or not ins.unpack:
+                target = outs[0]
+            else:
+                target = f"({outs[0]},)" if len(outs) == 1 else ", ".join(outs)
             lines.append(f"{target} = {call}")
         return "\n".join(lines) + ("\n" if lines else "")
 
@@ -77,7 +86,7 @@ class Trace:
         sch = Schedule(mod)
         mapping: dict[Any, Any] = {}
         for ins in self.instructions:
-            inputs = [mapping[h] for h in ins.inputs]
+            inputs = [mapping.get(h, h) for h in ins.inputs]
             result = getattr(sch, ins.kind)(*inputs, *ins.attrs)
             outs = result if isinstance(result, list | tuple) else ([result] if result is not None else [])
             for old, new in zip(ins.outputs, outs):
@@ -85,12 +94,22 @@ class Trace:
         return sch.mod
 
 
+Handle = BlockRV | LoopRV
+
+
+def _target(h: Handle) -> str | Var:
+    """A block handle as its name, a loop handle as its variable (what the pure functions take)."""
+    return h.name if isinstance(h, BlockRV) else h.var
+
+
 class Schedule(SparseIterationPrimitives, TensorizePrimitives):
     """Applies primitives to one function of a module (`func_name`, "main" by default).
 
     Each method calls a pure primitive, stores the new function with `_update` and appends the
     call to the trace with `_record(kind, inputs, attrs, outputs)` (inputs and outputs are
-    handles; attrs are plain Python values that `as_python` prints with `repr`).
+    handles; attrs are plain Python values that `as_python` prints with `repr`). A primitive that
+    raises leaves `mod` and the trace as they were. Block handles are names and loop handles are
+    loop variables, so they stay valid across primitives that do not remove their object.
     """
 
     def __init__(self, mod: PrimFunc | IRModule, func_name: str = "main"):
@@ -107,8 +126,12 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
     def _update(self, func: PrimFunc) -> None:
         self.mod = self.mod.with_function(self.func_name, func)
 
-    def _record(self, kind: str, inputs: tuple, attrs: tuple, outputs: tuple) -> None:
-        self.trace.instructions.append(Instruction(kind, inputs, attrs, outputs))
+    def _record(self, kind: str, inputs: tuple, attrs: tuple, outputs: tuple, unpack: bool = True) -> None:
+        self.trace.instructions.append(Instruction(kind, inputs, attrs, outputs, unpack))
+
+    def show(self) -> None:
+        """Print the current function."""
+        print(self.func.script())
 
     # ---------------------------------------------------------------- lookup
     def get_block(self, name: str) -> BlockRV:
@@ -118,30 +141,116 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
         return rv
 
     def get_loops(self, block: BlockRV) -> list[LoopRV]:
+        """The loops between the block and its parent block, outermost first."""
         loops = [LoopRV(f.loop_var) for f in loops_of(self.func, block.name)]
         self._record("get_loops", (block,), (), tuple(loops))
         return loops
 
+    def get_child_blocks(self, block_or_loop: Handle) -> list[BlockRV]:
+        """The blocks directly under a block or loop (see `state.get_child_blocks`)."""
+        out = [BlockRV(n) for n in get_child_blocks(self.func, _target(block_or_loop))]
+        self._record("get_child_blocks", (block_or_loop,), (), tuple(out))
+        return out
+
     # ---------------------------------------------------------------- loops
     def split(self, loop: LoopRV, factors: list) -> list[LoopRV]:
+        """See `loops.split`."""
         func, new_vars = L.split(self.func, loop.var, list(factors))
         self._update(func)
         out = [LoopRV(v) for v in new_vars]
         self._record("split", (loop,), (list(factors),), tuple(out))
         return out
 
+    def fuse(self, *loops: LoopRV) -> LoopRV:
+        """See `loops.fuse`."""
+        func, var = L.fuse(self.func, [lp.var for lp in loops])
+        self._update(func)
+        out = LoopRV(var)
+        self._record("fuse", tuple(loops), (), (out,), unpack=False)
+        return out
+
+    def reorder(self, *loops: LoopRV) -> None:
+        """See `loops.reorder`."""
+        self._update(L.reorder(self.func, [lp.var for lp in loops]))
+        self._record("reorder", tuple(loops), (), ())
+
     def parallel(self, loop: LoopRV) -> None:
+        """See `loops.parallel`."""
         self._update(L.parallel(self.func, loop.var))
         self._record("parallel", (loop,), (), ())
 
     def vectorize(self, loop: LoopRV) -> None:
+        """See `loops.vectorize`."""
         self._update(L.vectorize(self.func, loop.var))
         self._record("vectorize", (loop,), (), ())
 
     def unroll(self, loop: LoopRV) -> None:
+        """See `loops.unroll`."""
         self._update(L.unroll(self.func, loop.var))
         self._record("unroll", (loop,), (), ())
 
     def bind(self, loop: LoopRV, thread: str) -> None:
+        """See `loops.bind`."""
         self._update(L.bind(self.func, loop.var, thread))
         self._record("bind", (loop,), (thread,), ())
+
+    # ---------------------------------------------------------------- caching
+    def cache_read(self, block: BlockRV, read_buffer_index: int | str, storage_scope: str) -> BlockRV:
+        """See `caching.cache_read`; returns the copy block."""
+        func, name = C.cache_read(self.func, block.name, read_buffer_index, storage_scope)
+        self._update(func)
+        out = BlockRV(name)
+        self._record("cache_read", (block,), (read_buffer_index, storage_scope), (out,), unpack=False)
+        return out
+
+    def cache_write(self, block: BlockRV, write_buffer_index: int | str, storage_scope: str) -> BlockRV:
+        """See `caching.cache_write`; returns the write-back block."""
+        func, name = C.cache_write(self.func, block.name, write_buffer_index, storage_scope)
+        self._update(func)
+        out = BlockRV(name)
+        self._record("cache_write", (block,), (write_buffer_index, storage_scope), (out,), unpack=False)
+        return out
+
+    def set_scope(self, block: BlockRV, buffer_index: int | str, storage_scope: str) -> None:
+        """See `caching.set_scope`."""
+        self._update(C.set_scope(self.func, block.name, buffer_index, storage_scope))
+        self._record("set_scope", (block,), (buffer_index, storage_scope), ())
+
+    # ---------------------------------------------------------------- compute location
+    def compute_at(self, block: BlockRV, loop: LoopRV) -> None:
+        """See `compute_at.compute_at`."""
+        self._update(CA.compute_at(self.func, block.name, loop.var))
+        self._record("compute_at", (block, loop), (), ())
+
+    def reverse_compute_at(self, block: BlockRV, loop: LoopRV) -> None:
+        """See `compute_at.reverse_compute_at`."""
+        self._update(CA.reverse_compute_at(self.func, block.name, loop.var))
+        self._record("reverse_compute_at", (block, loop), (), ())
+
+    # ---------------------------------------------------------------- reduction
+    def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:
+        """See `reduction.decompose_reduction`; returns the init block."""
+        func, name = RD.decompose_reduction(self.func, block.name, loop.var)
+        self._update(func)
+        out = BlockRV(name)
+        self._record("decompose_reduction", (block, loop), (), (out,), unpack=False)
+        return out
+
+    def rfactor(self, loop: LoopRV, factor_axis: int) -> BlockRV:
+        """See `reduction.rfactor`; returns the rfactor block (the write-back keeps the old name)."""
+        func, name = RD.rfactor(self.func, loop.var, factor_axis)
+        self._update(func)
+        out = BlockRV(name)
+        self._record("rfactor", (loop,), (factor_axis,), (out,), unpack=False)
+        return out
+
+    # ---------------------------------------------------------------- annotation
+    def annotate(self, block_or_loop: Handle, ann_key: str, ann_val: Any) -> None:
+        """See `annotation.annotate` (`"atomic"` on a block turns its update into an atomic add)."""
+        self._update(A.annotate(self.func, _target(block_or_loop), ann_key, ann_val))
+        self._record("annotate", (block_or_loop,), (ann_key, ann_val), ())
+
+    def unannotate(self, block_or_loop: Handle, ann_key: str) -> None:
+        """See `annotation.unannotate`."""
+        self._update(A.unannotate(self.func, _target(block_or_loop), ann_key))
+        self._record("unannotate", (block_or_loop,), (ann_key,), ())

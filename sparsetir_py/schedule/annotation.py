@@ -1,0 +1,128 @@
+"""Annotation primitives: annotate and unannotate blocks and loops.
+
+Annotations are plain key/value pairs (`T.block_attr({...})` on a block, `annotations={...}` on a
+loop) that later passes and code generation read. One key has a meaning here:
+
+`"atomic"` on a block (value True) says that several threads may update the block's output at
+once. `annotate` rewrites the block's update `C[...] = C[...] + e` into `T.atomic_add(C[...], e)`
+right away, so the IR says what the kernel does (and the interpreter runs it); afterwards
+`parallel` and `bind` accept loops that carry the block's reduction. The block must have no
+`T.init()` (a thread would re-initialise what others accumulate into): `decompose_reduction`
+first, which puts the init in its own block before the reduction loops. On CUDA the init block
+must also finish before other threads add (a barrier, or a separate launch); that ordering is
+the schedule writer's responsibility.
+"""
+
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..ir.expr import BinOp, BufferLoad, Var
+from ..ir.func import PrimFunc
+from ..ir.node import FrozenDict
+from ..ir.stmt import AtomicAdd, Block, BufferStore
+from .state import find_block, find_loop, replace_block, replace_loop
+
+ANNOTATION_VALUES = (str, int, float, bool)
+
+
+def _check_value(key, value, primitive: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise ScheduleError(f"in `{primitive}`: expected a non-empty string key, but got {key!r}")
+    ok = isinstance(value, ANNOTATION_VALUES) or (
+        isinstance(value, tuple) and all(isinstance(v, ANNOTATION_VALUES) for v in value)
+    )
+    if not ok:
+        raise ScheduleError(
+            f"in `{primitive}`: expected a str, int, float or bool value (or a tuple of them), but got {value!r}"
+        )
+
+
+def atomic_update(block: Block, primitive: str = "annotate") -> Block:
+    """`block` with its update `C[idx] = C[idx] + e` as `T.atomic_add(C[idx], e)`."""
+    if block.init is not None:
+        raise ScheduleError(
+            f'in `{primitive}`: expected a block without T.init() for "atomic", but `{block.name}` has one '
+            "(decompose_reduction first: threads would re-initialise what others accumulate into)"
+        )
+    s = block.body
+    if isinstance(s, AtomicAdd):
+        return block
+    if isinstance(s, BufferStore) and isinstance(s.value, BinOp) and s.value.op == "+":
+        here = BufferLoad(s.buffer, s.indices)
+        if s.value.a == here:
+            return block.replace(body=AtomicAdd(s.buffer, s.indices, s.value.b))
+        if s.value.b == here:
+            return block.replace(body=AtomicAdd(s.buffer, s.indices, s.value.a))
+    raise ScheduleError(
+        f'in `{primitive}`: expected a block whose body is one update `C[...] = C[...] + ...` for "atomic", '
+        f"but `{block.name}` has a {type(s).__name__}"
+    )
+
+
+def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
+    """Attach an annotation `key: value` to a block (by name) or a loop (by variable).
+
+    It requires: a known block or loop; a non-empty string key; a str, int, float or bool value
+    (or a tuple of them). For `"atomic"` (blocks only, value True): a block without `T.init()`
+    whose body is one update `C[...] = C[...] + e`, which becomes `T.atomic_add(C[...], e)`.
+
+    Before (after `decompose_reduction(f, "csrmm1", j)`):
+        with T.block("csrmm1"):
+            ...
+            C[vi, vk] = C[vi, vk] + A[vi, vj] * B[J_indices[vi, vj], vk]
+    `annotate(f, "csrmm1", "atomic", True)`
+    After:
+        with T.block("csrmm1"):
+            ...
+            T.block_attr({"atomic": True})
+            T.atomic_add(C[vi, vk], A[vi, vj] * B[J_indices[vi, vj], vk])
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.schedule.reduction import decompose_reduction
+    >>> from sparsetir_py.schedule.state import loops_of
+    >>> f = sp.lower_sparse_iter(sp.ops.spmm_script())["main"]
+    >>> j, _ = [loop.loop_var for loop in loops_of(f, "csrmm1")]
+    >>> f, _ = decompose_reduction(f, "csrmm1", j)
+    >>> print(sp.schedule.fragment(annotate(f, "csrmm1", "atomic", True), "csrmm1"))
+    with T.block("csrmm1"):
+        vj = T.axis.reduce(J_indptr[vi + 1] - J_indptr[vi], j)
+        vk = T.axis.spatial(feat, k)
+        T.block_attr({"atomic": True})
+        T.atomic_add(C[vi, vk], A[vi, vj] * B[J_indices[vi, vj], vk])
+    """
+    primitive = "annotate"
+    _check_value(key, value, primitive)
+    if isinstance(target, str):
+        block = find_block(func, target, primitive)
+        if key == "atomic":
+            if value is not True:
+                raise ScheduleError(f'in `{primitive}`: expected True for "atomic", but got {value!r}')
+            block = atomic_update(block, primitive)
+        new = block.replace(annotations=FrozenDict({**block.annotations, key: value}))
+        return replace_block(func, target, lambda _: new)
+    loop = find_loop(func, target, primitive)
+    if key == "atomic":
+        raise ScheduleError(f'in `{primitive}`: expected a block for "atomic", but got loop `{loop.loop_var.name}`')
+    return replace_loop(func, target, lambda f: f.replace(annotations=FrozenDict({**f.annotations, key: value})))
+
+
+def unannotate(func: PrimFunc, target: str | Var, key: str) -> PrimFunc:
+    """Remove the annotation `key` from a block (by name) or a loop (by variable).
+
+    It requires: a known block or loop that has the annotation; not `"atomic"` (the update is
+    already an atomic add, which stays correct).
+
+    Before: `for k in T.serial(feat, annotations={"pragma": 1}):`    `unannotate(f, k, "pragma")`
+    After: `for k in T.serial(feat):`
+    """
+    primitive = "unannotate"
+    if key == "atomic":
+        raise ScheduleError(f'in `{primitive}`: expected a key other than "atomic" (its atomic adds stay)')
+    node = find_block(func, target, primitive) if isinstance(target, str) else find_loop(func, target, primitive)
+    if key not in node.annotations:
+        what = f"block `{target}`" if isinstance(target, str) else f"loop `{target.name}`"
+        raise ScheduleError(f"in `{primitive}`: expected an annotation {key!r} on {what}, but it has none")
+    kept = FrozenDict({k: v for k, v in node.annotations.items() if k != key})
+    if isinstance(target, str):
+        return replace_block(func, target, lambda b: b.replace(annotations=kept))
+    return replace_loop(func, target, lambda f: f.replace(annotations=kept))
