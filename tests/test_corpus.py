@@ -247,7 +247,8 @@ SHIPPED = ["cora", "citeseer", "pubmed", "karate", "lp_afiro", "ash219", "Erdos9
 
 
 def test_available_lists_the_shipped_matrices():
-    assert sorted(available()) == sorted(SHIPPED)
+    """Every matrix the corpus relies on is shipped (the benchmarks ship a few more)."""
+    assert set(SHIPPED) <= set(available())
 
 
 @pytest.mark.parametrize(("index_dtype", "dtype"), [(np.int32, np.float32), (np.int64, np.float64)])

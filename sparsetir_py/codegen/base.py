@@ -44,6 +44,7 @@ from ..ir.stmt import (
     Evaluate,
     For,
     IfThenElse,
+    LetStmt,
     SeqStmt,
     Stmt,
 )
@@ -193,6 +194,7 @@ class Renderer:
         For: "stmt_for",
         Block: "stmt_block",
         Allocate: "stmt_allocate",
+        LetStmt: "stmt_let",
     }
     # Python spelling of the math intrinsics; subclasses replace entries that differ.
     INTRINSIC_RULES: ClassVar[dict[str, Intrin]] = {
@@ -463,7 +465,11 @@ class Renderer:
                 f"in `build`: buffer `{buf.name}` is accessed with {len(indices)} indices; Stage III "
                 "accesses use one flat offset (run sp.lower_sparse_buffer)"
             )
-        return f"{name}[{self.expr(indices[0])}]"
+        return f"{name}[{self.offset(indices[0])}]"
+
+    def offset(self, e: PrimExpr) -> str:
+        """Target hook: how a flat offset is written inside `buf[...]`."""
+        return self.expr(e)
 
     def access_name(self, buf) -> str:
         name = self.buffer_name(buf)
@@ -590,6 +596,10 @@ class Renderer:
                 self.stmt(b.init)
         self.stmt(b.body)
         self.scope_buffers = saved
+
+    def stmt_let(self, s: LetStmt) -> None:
+        self.line(f"{self.names.get(s.var, s.var.name)} = {self.expr(s.value)}")
+        self.stmt(s.body)
 
     def stmt_allocate(self, s: Allocate) -> None:
         saved = set(self.scope_buffers)

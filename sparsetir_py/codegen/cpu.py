@@ -14,6 +14,8 @@ What differs from the shared renderer:
   them. A `local` buffer used inside a thread or parallel loop must be allocated inside it, and
   a `shared` one inside the parallel (`prange`) loop, otherwise the serial emulation would share
   what CUDA gives each thread (block) privately: `CodegenError`.
+- Flat offsets are written `np.uint64(...)`: no wraparound of negative indices, so feature
+  loops vectorise.
 - Floating point: `fastmath={"reassoc", "contract"}` by default. `reassoc` lets LLVM reorder
   float additions, which is what vectorising a reduction (the dot products of SDDMM, the row
   sums of SpMM) needs; `contract` fuses `a * b + c` into one FMA (one rounding instead of two).
@@ -51,6 +53,20 @@ def _is_thread_loop(loop: For) -> bool:
 
 class CPURenderer(Renderer):
     """Stage III -> a Numba CPU kernel (`@numba.njit(parallel=True)` with `numba.prange`)."""
+
+    def offset(self, e) -> str:
+        """Flat offsets are indexed as unsigned integers.
+
+        Numba wraps negative signed indices around (`a[-1]`): a select per access, which keeps
+        LLVM from vectorising a loop over `C[i * feat + k]` (measured 3-4x on SpMM). Offsets here
+        are never negative, so `np.uint64(...)` drops the wraparound and nothing else.
+        """
+        from ..ir.expr import IntImm
+
+        if isinstance(e, IntImm) and e.value >= 0:
+            return str(e.value)
+        self.use("np")
+        return f"np.uint64({self.expr(e)})"
 
     target: ClassVar[str] = "cpu"
     OPTIONS: ClassVar[dict[str, Any]] = {"fastmath": DEFAULT_FASTMATH, "parallel": True, "boundscheck": False}

@@ -25,6 +25,7 @@ from ..ir.stmt import (
     Evaluate,
     For,
     IfThenElse,
+    LetStmt,
     SeqStmt,
     Stmt,
 )
@@ -179,6 +180,9 @@ class LoopInterpreter:
             self.run(s.then_case if self.ev(s.condition) else s.else_case)
         elif isinstance(s, Allocate):
             self.allocate(s.buffer)
+            self.run(s.body)
+        elif isinstance(s, LetStmt):
+            self.env[s.var] = self.ev(s.value)
             self.run(s.body)
         elif isinstance(s, Evaluate):
             self.ev(s.value)

@@ -27,7 +27,7 @@ from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, AttachedAxis, A
 from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.func import IRModule, PrimFunc
-from ..ir.stmt import AtomicAdd, BufferStore, Evaluate, IfThenElse, SeqStmt, SparseIteration, Stmt
+from ..ir.stmt import AtomicAdd, BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt, SparseIteration, Stmt
 from ..ir.visit import walk
 from ..runtime.args import AxisData, BoundArguments, bind_arguments
 
@@ -359,6 +359,11 @@ class Interpreter:
         off = self.store_offsets(s.buffer, s.indices, frame)
         values = np.broadcast_to(self.ev(s.value, frame), (frame.n,)).astype(s.buffer.dtype)
         np.add.at(self.data(s.buffer), off, values)
+
+    def run_LetStmt(self, s: LetStmt, frame: Frame) -> None:
+        value = np.broadcast_to(self.ev(s.value, frame), (frame.n,))
+        inner = Frame(frame.n, {**frame.coord, s.var: value}, dict(frame.pos), dict(frame.axis_var))
+        self.run(s.body, inner)
 
     def run_Evaluate(self, s: Evaluate, frame: Frame) -> None:
         self.ev(s.value, frame)

@@ -25,6 +25,7 @@ from .stmt import (
     Evaluate,
     For,
     IfThenElse,
+    LetStmt,
     Range,
     SeqStmt,
     SparseIteration,
@@ -373,6 +374,10 @@ class ScriptPrinter:
                 self.b.line("with T.init():")
                 self.body(s.init)
             self.stmt(s.body)
+
+    def stmt_LetStmt(self, s: LetStmt) -> None:
+        self.b.line(f"{self.var(s.var)}: T.{s.var.dtype} = {self.expr(s.value)}")
+        self.stmt(s.body)
 
     def stmt_Allocate(self, s: Allocate) -> None:
         b = s.buffer

@@ -119,6 +119,15 @@ class Block(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class LetStmt(Stmt):
+    """`var = value`, visible in `body` (printed as `var: T.dtype = value`)."""
+
+    var: Var
+    value: PrimExpr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
 class Allocate(Stmt):
     """Scratch storage (`global`, `shared` or `local`) live in `body`."""
 

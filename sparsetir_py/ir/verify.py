@@ -126,6 +126,7 @@ from .stmt import (
     For,
     IfThenElse,
     IterVar,
+    LetStmt,
     SeqStmt,
     SparseIteration,
     Stmt,
@@ -479,7 +480,7 @@ _STRUCTURE = {
     SPARSE_VARIABLE: {"indptr": True, "indices": True, "nnz": True, "nnz_cols": False},
 }
 
-_LOOP, _ITER, _BLOCK, _PARAM = "loop variable", "iterator", "block iterator", "parameter"
+_LOOP, _ITER, _BLOCK, _PARAM, _LET = "loop variable", "iterator", "block iterator", "parameter", "local value"
 
 
 class _FuncVerifier:
@@ -965,6 +966,16 @@ class _FuncVerifier:
                     f"its spatial iterator `{v.name}` (several spatial points would share one element)",
                 )
 
+    def let_stmt(self, s: LetStmt) -> None:
+        self.expr(s.value)
+        if s.value.dtype != s.var.dtype:
+            self.fail(DtypeError, f"local `{s.var.name}` is {s.var.dtype} but bound to a {s.value.dtype} value")
+        state = self.save()
+        self.bind(s.var, _LET)
+        self.stmt(s.body)
+        self.restore(state)
+        self.scope.pop(s.var, None)
+
     def allocate(self, s: Allocate) -> None:
         state = self.save()
         self.declare_buffer(s.buffer, allocated=True)
@@ -1180,6 +1191,7 @@ _STMT_RULES: dict[type, Callable[[_FuncVerifier, Stmt], None]] = {
     BufferStore: _FuncVerifier.store,
     AtomicAdd: _FuncVerifier.store,
     Allocate: _FuncVerifier.allocate,
+    LetStmt: _FuncVerifier.let_stmt,
     For: _FuncVerifier.for_,
     Block: _FuncVerifier.block_,
     SparseIteration: _FuncVerifier.sparse_iteration,

@@ -19,6 +19,7 @@ from typing import Any
 from ..codegen import render
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
+from ..transform.hoist_invariants import hoist_loop_invariants
 from . import cache
 from .kernel import CPUKernel, CUDAKernel, Kernel
 
@@ -60,13 +61,16 @@ def build(
         from ..ir.verify import verify as verify_func
 
         verify_func(func)
-    ks = render(func, target, **options)
+    # Loads of read-only buffers move out of the loops that do not change them (Numba arrays
+    # carry no aliasing information, so LLVM would reload them on every iteration).
+    ks = render(hoist_loop_invariants(func)["main"], target, **options)
     key = cache.cache_key(_script_text(func), target, ks.options, ks.source)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
     path = cache.kernel_path(directory, target, ks.name, key)
     cache.write_source(path, ks.source)
     module = cache.import_source(path)
     kernel = KERNELS[target](ks, getattr(module, ks.name), path)
+    kernel.func = func  # the function as given (the rendered one also has hoisted loads)
     _debug_report(func, kernel)
     return kernel
 

@@ -399,6 +399,9 @@ class Parser:
             if isinstance(st, ast.Assign) and self.call_name(st.value) == "allocate":
                 out.append(self.parse_allocate(st, stmts[i + 1 :]))
                 break
+            if isinstance(st, ast.AnnAssign):
+                out.append(self.parse_let(st, stmts[i + 1 :]))
+                break
             s = self.parse_stmt(st)
             if s is not None:
                 out.append(s)
@@ -550,6 +553,18 @@ class Parser:
         body = self.parse_body(rest)
         self.scopes.pop()
         return ir.Allocate(buf, body)
+
+    def parse_let(self, st: ast.AnnAssign, rest: list[ast.stmt]) -> ir.Stmt:
+        """`x: T.float32 = value`: a local value visible in the rest of the statement list."""
+        dtype = self.t_name(st.annotation)
+        if not isinstance(st.target, ast.Name) or dtype not in B.DTYPES or dtype == "handle" or st.value is None:
+            raise self.fail(st, "a local value is written `name: T.dtype = value`")
+        var = Var(st.target.id, dtype)
+        value = self.convert(self.expr(st.value), dtype)
+        self.scopes.append({var.name: var})
+        body = self.parse_body(rest)
+        self.scopes.pop()
+        return ir.LetStmt(var, value, body)
 
     # ---------------------------------------------------------------- Stage I
     def parse_sp_iter(self, st: ast.With, name: str) -> ir.SparseIteration:

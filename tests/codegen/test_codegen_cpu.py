@@ -177,7 +177,8 @@ def test_floats_keep_their_precision():
     text = source("ewise")
     assert "np.float32(3.0)" in text and "np.float32(i)" in text
     text64 = render(K.CASES_BY_NAME["ewise"].func("cpu", "int32", "float64"), "cpu").source
-    assert "np.float32" not in text64 and "A[J_indptr[i] + j] * 3.0" in text64  # float64 constants are literals
+    # float64 constants are literals; flat offsets are unsigned (no wraparound)
+    assert "np.float32" not in text64 and "A[np.uint64(J_indptr[np.uint64(i)] + j)] * 3.0" in text64
 
 
 def test_names_clear_of_python_and_imports():

@@ -361,3 +361,35 @@ def test_syntax_error_is_a_frontend_error():
 def test_builtins_cannot_be_called_directly():
     with pytest.raises(sp.SparseTIRError, match="only be used inside"):
         T.dense_fixed(3)
+
+
+LET = """
+from sparsetir_py import script as T
+
+@T.prim_func
+def scaled(a: T.handle, b: T.handle, n: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (n,), "float32")
+    for i in T.serial(n):
+        x: T.float32 = A[i] * T.float32(2)
+        y: T.int64 = T.cast(i, "int64") + T.int64(1)
+        B[i] = x + T.cast(y, "float32")
+"""
+
+
+def test_let_statement_round_trip_verify_and_run():
+    import numpy as np
+
+    f = sp.from_script(LET)
+    lets = [n for n in sp.ir.visit.walk(f.body) if isinstance(n, ir.LetStmt)]
+    assert [v.var.dtype for v in lets] == ["float32", "int64"]
+    sp.verify(f)
+    sp.assert_structural_equal(f, sp.from_script(f.script()))
+    a = np.arange(5, dtype=np.float32)
+    b = np.zeros(5, np.float32)
+    sp.interpret(f, a=a, b=b, n=5)
+    np.testing.assert_array_equal(b, a * 2 + np.arange(1, 6))
+    b2 = np.zeros(5, np.float32)
+    sp.build(f)(a=a, b=b2, n=5)
+    np.testing.assert_array_equal(b2, b)

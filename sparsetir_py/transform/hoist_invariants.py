@@ -1,0 +1,157 @@
+"""`hoist_loop_invariants`: move loads of read-only buffers out of loops that do not change them.
+
+Numba arrays carry no aliasing information, so LLVM keeps reloading `A[indptr[i] + j]` and
+`indices[indptr[i] + j]` on every iteration of the feature loop that writes `C`. This Stage III
+pass binds such loads to local values (`LetStmt`) just before the loop:
+
+- only buffers that the function never writes are considered, so the value cannot change;
+- only loops with a positive constant extent, so a hoisted load never runs where the original
+  would not have run at all;
+- only loads evaluated on every iteration (not under an `if`, a block predicate, an init, a
+  select branch or the right side of `and`/`or`), so hoisting reads nothing new;
+- block iterators are seen through (`vj` is its binding `j`), and the hoisted expression is
+  written with the bindings, so it is valid outside the block.
+"""
+
+from __future__ import annotations
+
+from ..ir.buffer import FlatBuffer, SparseBuffer
+from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Select, Var
+from ..ir.func import IRModule, PrimFunc
+from ..ir.node import FrozenDict
+from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, LetStmt, SeqStmt, Stmt
+from ..ir.visit import map_children, substitute, walk
+
+
+def _bound_in(stmt: Stmt) -> tuple[set[Var], dict[Var, PrimExpr]]:
+    """Variables bound inside `stmt`, and block iterators -> their bindings."""
+    bound: set[Var] = set()
+    aliases: dict[Var, PrimExpr] = {}
+    for n in walk(stmt):
+        if isinstance(n, For):
+            bound.add(n.loop_var)
+        elif isinstance(n, LetStmt):
+            bound.add(n.var)
+        elif isinstance(n, Block):
+            for iv in n.iter_vars:
+                bound.add(iv.var)
+                aliases[iv.var] = iv.value
+    return bound, aliases
+
+
+def _resolve(e: PrimExpr, aliases: dict[Var, PrimExpr]) -> PrimExpr:
+    for _ in range(8):  # nested blocks: a binding may use an outer block's iterator
+        new = substitute(e, aliases)
+        if new == e:
+            return e
+        e = new
+    return e
+
+
+class _Hoister:
+    def __init__(self, func: PrimFunc):
+        written = {n.buffer for n in walk(func.body) if isinstance(n, BufferStore | AtomicAdd)}
+        self.read_only = {b for b in func.buffers if b.data is not None and b not in written}
+        self.count = 0
+
+    def fresh(self, buf) -> Var:
+        self.count += 1
+        return f"{buf.name}_{self.count - 1}"
+
+    def unconditional_loads(self, node, out: list[BufferLoad]) -> None:
+        """Loads evaluated whenever `node` is (not under a condition of their own)."""
+        if isinstance(node, BufferLoad):
+            out.append(node)
+            for i in node.indices:
+                self.unconditional_loads(i, out)
+            return
+        if isinstance(node, Select):
+            self.unconditional_loads(node.cond, out)
+            return
+        if isinstance(node, BinOp) and node.op in ("and", "or"):
+            self.unconditional_loads(node.a, out)
+            return
+        if isinstance(node, IfThenElse):
+            self.unconditional_loads(node.condition, out)
+            return
+        if isinstance(node, Block):
+            for iv in node.iter_vars:
+                self.unconditional_loads(iv.value, out)
+            if node.predicate is None:
+                self.unconditional_loads(node.body, out)
+            return
+        if isinstance(node, For):
+            self.unconditional_loads(node.extent, out)
+            if isinstance(node.extent, IntImm) and node.extent.value > 0:
+                self.unconditional_loads(node.body, out)
+            return
+        if isinstance(node, SparseBuffer | FlatBuffer | Var):
+            return
+        for _, value in node.fields():
+            items = value if isinstance(value, tuple) else (value,)
+            for v in items:
+                if isinstance(v, Stmt | PrimExpr):
+                    self.unconditional_loads(v, out)
+
+    def hoistable(self, load: BufferLoad, inner: set[Var], aliases: dict[Var, PrimExpr]) -> PrimExpr | None:
+        if load.buffer not in self.read_only:
+            return None
+        resolved = _resolve(load, aliases)
+        if any(isinstance(n, Var) and n in inner for n in walk(resolved)):
+            return None
+        if any(isinstance(n, BufferLoad) and n.buffer not in self.read_only for n in walk(resolved)):
+            return None
+        return resolved
+
+    def loop(self, f: For) -> Stmt:
+        body = self.stmt(f.body)
+        f = f.replace(body=body)
+        if not (isinstance(f.extent, IntImm) and f.extent.value > 0):
+            return f
+        inner, aliases = _bound_in(body)
+        inner.add(f.loop_var)
+        loads: list[BufferLoad] = []
+        self.unconditional_loads(body, loads)
+        chosen: dict[PrimExpr, tuple[BufferLoad, PrimExpr]] = {}
+        for load in loads:
+            if load in chosen:
+                continue
+            resolved = self.hoistable(load, inner, aliases)
+            if resolved is not None and not any(load in walk(c[0]) for c in chosen.values()):
+                chosen[load] = (load, resolved)
+        # Keep only maximal loads: a load inside another hoisted load's index goes with it.
+        maximal = {k: v for k, v in chosen.items() if not any(k is not o and k in list(walk(o)) for o in chosen)}
+        if not maximal:
+            return f
+        lets = []
+        mapping = {}
+        for load, (_, resolved) in maximal.items():
+            var = Var(self.fresh(load.buffer), load.dtype)
+            lets.append((var, resolved))
+            mapping[load] = var
+        new_body = self.replace_loads(f.body, mapping)
+        out: Stmt = f.replace(body=new_body)
+        for var, value in reversed(lets):
+            out = LetStmt(var, value, out)
+        return out
+
+    def replace_loads(self, node, mapping: dict[BufferLoad, Var]):
+        if isinstance(node, BufferLoad) and node in mapping:
+            return mapping[node]
+        return map_children(node, lambda c: self.replace_loads(c, mapping))
+
+    def stmt(self, s: Stmt) -> Stmt:
+        if isinstance(s, For):
+            return self.loop(s)
+        if isinstance(s, SeqStmt | IfThenElse | Block | Allocate | LetStmt):
+            return map_children(s, lambda c: self.stmt(c) if isinstance(c, Stmt) else c)
+        return s
+
+
+def hoist_loop_invariants(mod: PrimFunc | IRModule) -> IRModule:
+    """Bind loop-invariant loads of read-only buffers before their loops (Stage III functions)."""
+    mod = IRModule.from_any(mod)
+    out = {}
+    for name, func in mod.items():
+        out[name] = func.replace(body=_Hoister(func).stmt(func.body)) if func.stage == 3 else func
+    return IRModule(FrozenDict(out))
