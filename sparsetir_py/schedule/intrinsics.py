@@ -18,7 +18,7 @@ Arithmetic must match operator for operator (`+` and `*` either way round). The 
 loop (inside a block that keeps the original block's name, its other iterators, its init and the
 part of its predicate that does not depend on the loop).
 
-Shipped intrinsics (`INTRINSICS`):
+Shipped intrinsics (`tensor_intrins()` lists every registered one):
 
 - `warp_sum_32` (target "cuda"): the 32 iterations run on the 32 lanes of a warp (the loop is
   bound to `threadIdx.x`); each lane computes its term into a local register, five
@@ -58,6 +58,7 @@ __all__ = [
     "TensorIntrin",
     "get_tensor_intrin",
     "register_tensor_intrin",
+    "tensor_intrins",
 ]
 
 # T.shfl_down_sync(mask, value, delta), which warp_sum_32 emits, is registered in `ir/op.py` (so the
@@ -312,9 +313,32 @@ def register_tensor_intrin(intrin: TensorIntrin, *, override: bool = False) -> T
     """Add `intrin` to the registry (`override=True` replaces one of the same name)."""
     if intrin.name in _REGISTRY and not override:
         raise ValueError(f"a tensor intrinsic named {intrin.name!r} is already registered")
-    intrin.description(intrin.dtypes[0])  # parses: a broken description fails here, not at tensorize
+    for dtype in intrin.dtypes:  # a malformed description fails here, not at tensorize
+        _check_description(intrin, intrin.description(dtype))
     _REGISTRY[intrin.name] = intrin
     return intrin
+
+
+def _check_description(intrin: TensorIntrin, desc: PrimFunc) -> None:
+    """The shape `tensorize` matches against: a loop of the width, one block with one reduction
+    iterator bound to it, whose body is one store into a constant element."""
+    loop = desc.body
+    block = loop.body if isinstance(loop, For) else None
+    ok = (
+        isinstance(loop, For)
+        and loop.extent == IntImm(intrin.width, loop.extent.dtype)
+        and isinstance(block, Block)
+        and len(block.iter_vars) == 1
+        and block.iter_vars[0].kind == "R"
+        and block.iter_vars[0].value is loop.loop_var
+        and isinstance(block.body, BufferStore)
+        and all(isinstance(i, IntImm) for i in block.body.indices)
+    )
+    if not ok:
+        raise ValueError(
+            f"the description of `{intrin.name}` must be one loop of extent {intrin.width} around one block with one "
+            "reduction iterator bound to it, whose body is one store into a constant element (`ACC[0] = ...`)"
+        )
 
 
 def get_tensor_intrin(name: str) -> TensorIntrin:

@@ -136,6 +136,9 @@ def test_register_a_new_intrinsic(monkeypatch):
     intrinsics.register_tensor_intrin(intrin)
     with pytest.raises(ValueError, match="already registered"):
         intrinsics.register_tensor_intrin(intrin)
+    broken = intrinsics.WARP_SUM_DESCRIPTION.replace("ACC[0] = ACC[0] + TERM[vk]", "ACC[vk] = TERM[vk]")
+    with pytest.raises(ValueError, match="description of `broken`"):
+        intrinsics.register_tensor_intrin(intrinsics.TensorIntrin("broken", 2, ("float32",), broken))
     case = corpus.CASES_BY_NAME["csr_reduce"]
     sch = Schedule(sp.lower_sparse_iter(case.build()))
     (j,) = sch.get_loops(sch.get_block("csr_reduce1"))
