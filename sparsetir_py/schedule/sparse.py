@@ -20,7 +20,7 @@ trace records iterators as positions, so a replay does not depend on handles.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -50,11 +50,6 @@ class SparseIterationRV:
     """A sparse iteration handle: the iteration's name (unique in a function)."""
 
     name: str
-
-    def __iter__(self) -> Iterator[SparseIterationRV]:
-        # `Trace.as_python` prints a lookup with one result as `(l0,) = sch.get_...(...)`; being an
-        # iterable of itself keeps that line runnable (only `get_block` is printed bare).
-        yield self
 
 
 @dataclass(frozen=True)
@@ -288,7 +283,7 @@ class SparseIterationPrimitives:
         """The handle of the sparse iteration called `name` (`T.sp_iter(..., name)`)."""
         find_sparse_iteration(self.func, name, "get_sparse_iteration")
         rv = SparseIterationRV(name)
-        self._record("get_sparse_iteration", (), (name,), (rv,))
+        self._record("get_sparse_iteration", (), (name,), (rv,), unpack=False)
         return rv
 
     def get_sp_iters(self: Schedule, it: SparseIterationRV) -> list[SpIterRV]:

@@ -94,7 +94,7 @@ def test_handles_follow_the_iteration():
     iters = sch.get_sp_iters(it)
     assert [h.name for h in iters] == ["i", "j", "k"]
     assert all(isinstance(h, SpIterRV) for h in iters)
-    assert sch.trace.as_python() == "(l0,) = sch.get_sparse_iteration('csrmm')\nl1, l2, l3 = sch.get_sp_iters(l0)\n"
+    assert sch.trace.as_python() == "l0 = sch.get_sparse_iteration('csrmm')\nl1, l2, l3 = sch.get_sp_iters(l0)\n"
 
 
 def test_docstring_examples():
