@@ -20,6 +20,7 @@ from ..ir.expr import BinOp, BufferLoad, Var
 from ..ir.func import PrimFunc
 from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, Block, BufferStore
+from ..transform.region import annotate_regions
 from .state import find_block, find_loop, replace_block, replace_loop
 
 ANNOTATION_VALUES = (str, int, float, bool)
@@ -99,7 +100,8 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
                 raise ScheduleError(f'in `{primitive}`: expected True for "atomic", but got {value!r}')
             block = atomic_update(block, primitive)
         new = block.replace(annotations=FrozenDict({**block.annotations, key: value}))
-        return replace_block(func, target, lambda _: new)
+        out = replace_block(func, target, lambda _: new)
+        return annotate_regions(out) if key == "atomic" else out
     loop = find_loop(func, target, primitive)
     if key == "atomic":
         raise ScheduleError(f'in `{primitive}`: expected a block for "atomic", but got loop `{loop.loop_var.name}`')

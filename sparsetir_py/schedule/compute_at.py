@@ -64,6 +64,7 @@ class _Uses:
         self.scope_label = scope_label
         self.uses: list[_Use] = []
         self.counter = 0
+        self.position = 0
         self.span: dict[int, tuple[int, int]] = {}
 
     def run(self, body: Stmt) -> _Uses:
@@ -75,7 +76,7 @@ class _Uses:
         in_moved = any(s is self.moved for s in stack)
         in_loop = any(s is self.loop for s in stack)
         around = not in_loop and any(any(s is f for f in self.enclosing) for s in stack)
-        self.uses.append(_Use(kind, buf, where, in_moved, in_loop, around, self.counter))
+        self.uses.append(_Use(kind, buf, where, in_moved, in_loop, around, self.position))
 
     def expr(self, e, stack, block) -> None:
         if e is None:
@@ -87,6 +88,7 @@ class _Uses:
     def stmt(self, s: Stmt, stack: list[Stmt], block: Block | None) -> None:
         start = self.counter
         self.counter += 1
+        self.position = start  # accesses in this statement's own expressions are here
         stack = [*stack, s]
         if isinstance(s, Block):
             for iv in s.iter_vars:
@@ -107,6 +109,7 @@ class _Uses:
                     self.expr(value, stack, block)
         for c in child_stmts(s):
             self.stmt(c, stack, block)
+            self.position = start
         self.span[id(s)] = (start, self.counter - 1)
 
 
@@ -146,11 +149,7 @@ def _locate(func: PrimFunc, block: str, loop: Var, primitive: str):
     k = len(bpath) - 1
     while k > 0 and isinstance(bpath[k - 1], For) and bpath[k - 1].body is bpath[k]:
         k -= 1
-    moved = bpath[k]
-    if any(s is moved for s in lpath):
-        raise ScheduleError(
-            f"in `{primitive}`: expected a loop outside the loops of block `{blk.name}`, but `{loop.name}` is one"
-        )
+    moved = bpath[k]  # the block with the loops that hold only it (the loop is not one: it is not around)
     start = lpath.index(scope) + 1 if scope is not None else 0
     enclosing = [s for s in lpath[start:-1] if isinstance(s, For)]
     if blk.predicate is not None:
@@ -218,7 +217,7 @@ def compute_at(func: PrimFunc, block: str, loop: Var) -> PrimFunc:
     """Move a producer block under a loop of its readers, computing per iteration what they read.
 
     It requires: a block with spatial iterators only, no init and no predicate; a loop in the same
-    scope (parent block), after the block, not around it and not one of its loops; only this block
+    scope (parent block), after the block and not around it; only this block
     writes what it writes or reads, in the scope; every reader of what it writes is under the loop
     (and there is one).
 
@@ -300,7 +299,7 @@ def reverse_compute_at(func: PrimFunc, block: str, loop: Var) -> PrimFunc:
     """Move a consumer block under a loop of its writers, consuming per iteration what they wrote.
 
     It requires: a block without a predicate; a loop in the same scope (parent block), before the
-    block, not around it and not one of its loops; a writer of what the block reads under the loop;
+    block and not around it; a writer of what the block reads under the loop;
     the loop, and the loops around it, bound to no reduction iterator of those writers (the block
     would see partial results, and none at all for an empty reduction); no other access to what the
     block writes under or around the loop or between the loop and the block, and no write there
