@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ScheduleError
 from ..ir.expr import Var
 from ..ir.func import IRModule, PrimFunc
 from . import annotation as A
@@ -97,9 +98,25 @@ class Trace:
 Handle = BlockRV | LoopRV
 
 
-def _target(h: Handle) -> str | Var:
+def _target(h: Handle, primitive: str) -> str | Var:
     """A block handle as its name, a loop handle as its variable (what the pure functions take)."""
-    return h.name if isinstance(h, BlockRV) else h.var
+    if isinstance(h, BlockRV):
+        return h.name
+    if isinstance(h, LoopRV):
+        return h.var
+    raise ScheduleError(f"in `{primitive}`: expected a block or loop handle, but got {h!r}")
+
+
+def _loop(h: LoopRV, primitive: str) -> Var:
+    if not isinstance(h, LoopRV):
+        raise ScheduleError(f"in `{primitive}`: expected a loop handle, but got {h!r}")
+    return h.var
+
+
+def _block(h: BlockRV, primitive: str) -> str:
+    if not isinstance(h, BlockRV):
+        raise ScheduleError(f"in `{primitive}`: expected a block handle, but got {h!r}")
+    return h.name
 
 
 class Schedule(SparseIterationPrimitives, TensorizePrimitives):
@@ -142,20 +159,20 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     def get_loops(self, block: BlockRV) -> list[LoopRV]:
         """The loops between the block and its parent block, outermost first."""
-        loops = [LoopRV(f.loop_var) for f in loops_of(self.func, block.name)]
+        loops = [LoopRV(f.loop_var) for f in loops_of(self.func, _block(block, "get_loops"))]
         self._record("get_loops", (block,), (), tuple(loops))
         return loops
 
     def get_child_blocks(self, block_or_loop: Handle) -> list[BlockRV]:
         """The blocks directly under a block or loop (see `state.get_child_blocks`)."""
-        out = [BlockRV(n) for n in get_child_blocks(self.func, _target(block_or_loop))]
+        out = [BlockRV(n) for n in get_child_blocks(self.func, _target(block_or_loop, "get_child_blocks"))]
         self._record("get_child_blocks", (block_or_loop,), (), tuple(out))
         return out
 
     # ---------------------------------------------------------------- loops
     def split(self, loop: LoopRV, factors: list) -> list[LoopRV]:
         """See `loops.split`."""
-        func, new_vars = L.split(self.func, loop.var, list(factors))
+        func, new_vars = L.split(self.func, _loop(loop, "split"), list(factors))
         self._update(func)
         out = [LoopRV(v) for v in new_vars]
         self._record("split", (loop,), (list(factors),), tuple(out))
@@ -163,7 +180,7 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     def fuse(self, *loops: LoopRV) -> LoopRV:
         """See `loops.fuse`."""
-        func, var = L.fuse(self.func, [lp.var for lp in loops])
+        func, var = L.fuse(self.func, [_loop(lp, "fuse") for lp in loops])
         self._update(func)
         out = LoopRV(var)
         self._record("fuse", tuple(loops), (), (out,), unpack=False)
@@ -171,33 +188,33 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     def reorder(self, *loops: LoopRV) -> None:
         """See `loops.reorder`."""
-        self._update(L.reorder(self.func, [lp.var for lp in loops]))
+        self._update(L.reorder(self.func, [_loop(lp, "reorder") for lp in loops]))
         self._record("reorder", tuple(loops), (), ())
 
     def parallel(self, loop: LoopRV) -> None:
         """See `loops.parallel`."""
-        self._update(L.parallel(self.func, loop.var))
+        self._update(L.parallel(self.func, _loop(loop, "parallel")))
         self._record("parallel", (loop,), (), ())
 
     def vectorize(self, loop: LoopRV) -> None:
         """See `loops.vectorize`."""
-        self._update(L.vectorize(self.func, loop.var))
+        self._update(L.vectorize(self.func, _loop(loop, "vectorize")))
         self._record("vectorize", (loop,), (), ())
 
     def unroll(self, loop: LoopRV) -> None:
         """See `loops.unroll`."""
-        self._update(L.unroll(self.func, loop.var))
+        self._update(L.unroll(self.func, _loop(loop, "unroll")))
         self._record("unroll", (loop,), (), ())
 
     def bind(self, loop: LoopRV, thread: str) -> None:
         """See `loops.bind`."""
-        self._update(L.bind(self.func, loop.var, thread))
+        self._update(L.bind(self.func, _loop(loop, "bind"), thread))
         self._record("bind", (loop,), (thread,), ())
 
     # ---------------------------------------------------------------- caching
     def cache_read(self, block: BlockRV, read_buffer_index: int | str, storage_scope: str) -> BlockRV:
         """See `caching.cache_read`; returns the copy block."""
-        func, name = C.cache_read(self.func, block.name, read_buffer_index, storage_scope)
+        func, name = C.cache_read(self.func, _block(block, "cache_read"), read_buffer_index, storage_scope)
         self._update(func)
         out = BlockRV(name)
         self._record("cache_read", (block,), (read_buffer_index, storage_scope), (out,), unpack=False)
@@ -205,7 +222,7 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     def cache_write(self, block: BlockRV, write_buffer_index: int | str, storage_scope: str) -> BlockRV:
         """See `caching.cache_write`; returns the write-back block."""
-        func, name = C.cache_write(self.func, block.name, write_buffer_index, storage_scope)
+        func, name = C.cache_write(self.func, _block(block, "cache_write"), write_buffer_index, storage_scope)
         self._update(func)
         out = BlockRV(name)
         self._record("cache_write", (block,), (write_buffer_index, storage_scope), (out,), unpack=False)
@@ -213,24 +230,28 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     def set_scope(self, block: BlockRV, buffer_index: int | str, storage_scope: str) -> None:
         """See `caching.set_scope`."""
-        self._update(C.set_scope(self.func, block.name, buffer_index, storage_scope))
+        self._update(C.set_scope(self.func, _block(block, "set_scope"), buffer_index, storage_scope))
         self._record("set_scope", (block,), (buffer_index, storage_scope), ())
 
     # ---------------------------------------------------------------- compute location
     def compute_at(self, block: BlockRV, loop: LoopRV) -> None:
         """See `compute_at.compute_at`."""
-        self._update(CA.compute_at(self.func, block.name, loop.var))
+        self._update(CA.compute_at(self.func, _block(block, "compute_at"), _loop(loop, "compute_at")))
         self._record("compute_at", (block, loop), (), ())
 
     def reverse_compute_at(self, block: BlockRV, loop: LoopRV) -> None:
         """See `compute_at.reverse_compute_at`."""
-        self._update(CA.reverse_compute_at(self.func, block.name, loop.var))
+        self._update(
+            CA.reverse_compute_at(self.func, _block(block, "reverse_compute_at"), _loop(loop, "reverse_compute_at"))
+        )
         self._record("reverse_compute_at", (block, loop), (), ())
 
     # ---------------------------------------------------------------- reduction
     def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:
         """See `reduction.decompose_reduction`; returns the init block."""
-        func, name = RD.decompose_reduction(self.func, block.name, loop.var)
+        func, name = RD.decompose_reduction(
+            self.func, _block(block, "decompose_reduction"), _loop(loop, "decompose_reduction")
+        )
         self._update(func)
         out = BlockRV(name)
         self._record("decompose_reduction", (block, loop), (), (out,), unpack=False)
@@ -238,7 +259,7 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     def rfactor(self, loop: LoopRV, factor_axis: int) -> BlockRV:
         """See `reduction.rfactor`; returns the rfactor block (the write-back keeps the old name)."""
-        func, name = RD.rfactor(self.func, loop.var, factor_axis)
+        func, name = RD.rfactor(self.func, _loop(loop, "rfactor"), factor_axis)
         self._update(func)
         out = BlockRV(name)
         self._record("rfactor", (loop,), (factor_axis,), (out,), unpack=False)
@@ -247,10 +268,10 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
     # ---------------------------------------------------------------- annotation
     def annotate(self, block_or_loop: Handle, ann_key: str, ann_val: Any) -> None:
         """See `annotation.annotate` (`"atomic"` on a block turns its update into an atomic add)."""
-        self._update(A.annotate(self.func, _target(block_or_loop), ann_key, ann_val))
+        self._update(A.annotate(self.func, _target(block_or_loop, "annotate"), ann_key, ann_val))
         self._record("annotate", (block_or_loop,), (ann_key, ann_val), ())
 
     def unannotate(self, block_or_loop: Handle, ann_key: str) -> None:
         """See `annotation.unannotate`."""
-        self._update(A.unannotate(self.func, _target(block_or_loop), ann_key))
+        self._update(A.unannotate(self.func, _target(block_or_loop, "unannotate"), ann_key))
         self._record("unannotate", (block_or_loop,), (ann_key,), ())

@@ -69,8 +69,12 @@ def test_compute_at_single_element():
     b = sch.get_block("sddmm1")
     _, k = sch.get_loops(b)
     copy = sch.cache_read(b, "X", "local")
+    old = sch.get_loops(copy)
     sch.compute_at(copy, k)
     assert "v1 = T.axis.spatial(feat, k + ax1)" in fragment(sch, "X_local")
+    with pytest.raises(sp.ScheduleError, match="in `unroll`: loop `ax0` is not in"):
+        sch.unroll(old[0])  # the copy's old loops are gone; its new ones come from get_loops
+    assert [lp.name for lp in sch.get_loops(copy)] == ["j", "k", "ax0", "ax1"]
     check(sch, sddmm2())
     run_sddmm(sch.mod, random_csr())
 

@@ -9,7 +9,7 @@ leaves the schedule unchanged.
 from __future__ import annotations
 
 import pytest
-from schedule_checks import VerifyingSchedule, block, build, check, expected, loop_kinds, random_csr, run_spmm, spmm2
+from schedule_checks import VerifyingSchedule, block, check, expected, loop_kinds, random_csr, run_spmm, spmm2
 
 import sparsetir_py as sp
 from sparsetir_py import script as T
@@ -192,7 +192,7 @@ def test_parallel_vectorize_unroll_bind(csrmm2):
     check(sch, csrmm2)
     kinds = loop_kinds(sch.mod["main"])
     assert kinds["i"] == "parallel" and kinds["k_inner"] == "vectorized" and kinds["k_outer"] == "unrolled"
-    run_spmm(sch.mod, random_csr(), kernel=build(sch.mod))
+    run_spmm(sch.mod, random_csr())  # kernels of these kinds: test_schedule_reduction, test_schedule_caching
 
 
 def test_design_cuda_schedule_replays(csrmm2):
@@ -410,3 +410,42 @@ def test_reorder_fail_dependent_extent(toy):
     sch = sp.Schedule(toy)
     i2, j2 = sch.get_loops(sch.get_block("tri"))
     unchanged(sch, lambda: sch.reorder(j2, i2), "in `reorder`: expected loops whose range does not depend")
+
+
+# ---------------------------------------------------------------- handles
+def test_handles_survive_primitives_that_keep_their_object(csrmm2):
+    """Loop handles are loop variables and block handles are names: they stay valid across
+    primitives that keep the loop or block, and only the removed ones go stale."""
+    sch = VerifyingSchedule(csrmm2)
+    (i,) = sch.get_loops(sch.get_block("csrmm0"))
+    b = sch.get_block("csrmm1")
+    j, k = sch.get_loops(b)
+    back = sch.cache_write(b, "C", "local")
+    sch.decompose_reduction(b, j)
+    sch.annotate(k, "note", "kept")
+    sch.reorder(k, j)
+    assert sch.get_loops(b) == [k, j]
+    sch.parallel(i)
+    ax0, ax1 = sch.get_loops(back)
+    fused = sch.fuse(ax0, ax1)
+    with pytest.raises(sp.ScheduleError, match="in `unroll`: loop `ax0` is not in"):
+        sch.unroll(ax0)  # fused away
+    sch.unroll(fused)
+    check(sch, csrmm2)
+    run_spmm(sch.mod, random_csr())
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda sch, b, lp: sch.split(b, [None, 2]), "in `split`: expected a loop handle, but got BlockRV"),
+        (lambda sch, b, lp: sch.cache_read(lp, 0, "local"), "in `cache_read`: expected a block handle, but got LoopRV"),
+        (lambda sch, b, lp: sch.annotate("csrmm1", "k", 1), "in `annotate`: expected a block or loop handle"),
+        (lambda sch, b, lp: sch.compute_at(b, b), "in `compute_at`: expected a loop handle"),
+    ],
+)
+def test_fail_wrong_handle_kind(csrmm2, call, match):
+    sch = sp.Schedule(csrmm2)
+    b = sch.get_block("csrmm1")
+    j, _ = sch.get_loops(b)
+    unchanged(sch, lambda: call(sch, b, j), match)
