@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from ..errors import CodegenError
 from ..ir import dtype as dt
 from ..ir.buffer import FlatBuffer, SparseBuffer
-from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
+from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var, const
 from ..ir.func import PrimFunc
 from ..ir.printer import BINOP_PREC, PREC_ATOM, PREC_CMP, PREC_MUL, PREC_NOT, PREC_UNARY, CodeBuilder, NameTable
 from ..ir.stmt import (
@@ -458,7 +458,15 @@ class Renderer:
     def expr_load(self, e: BufferLoad) -> tuple[str, int]:
         return self.access(e.buffer, e.indices), PREC_ATOM
 
+    def is_register(self, buf) -> bool:
+        """A `local` scratch buffer of one element lives in a variable, not an array (a register)."""
+        if not isinstance(buf, FlatBuffer) or buf.scope != "local" or buf.data is not None:
+            return False
+        return all(isinstance(d, IntImm) and d.value == 1 for d in buf.shape)
+
     def access(self, buf, indices: tuple[PrimExpr, ...]) -> str:
+        if self.is_register(buf):
+            return self.access_name(buf)
         name = self.access_name(buf)
         if len(indices) != 1:
             raise CodegenError(
@@ -611,6 +619,10 @@ class Renderer:
         name = self.buffer_name(buf)
         self.alloc_depth[buf] = len(self.loops)
         self.scope_buffers.add(buf)
+        if self.is_register(buf):
+            self.use("np")
+            self.line(f"{name} = {self.expr(const(0, buf.dtype))}  # local register")
+            return
         self.line(f"{name} = {self.scratch(buf)}")
 
     def scratch(self, buf: FlatBuffer) -> str:  # pragma: no cover - every target overrides
