@@ -135,6 +135,12 @@ def markdown(report: dict) -> str:
     loads = [entry["loadavg"][0] for entry in report.get("load", [])]
     if loads:
         lines.append(f"- 1-minute load average before each graph: {min(loads):.2f} to {max(loads):.2f}")
+    cores = report["machine"].get("cores") or 1
+    if loads and max(loads) > cores:
+        lines.append(
+            f"- **Warning: the machine was busy** (load average up to {max(loads):.1f} on {cores} cores): times are "
+            "inflated, multi-threaded libraries most; compare ratios only between quiet runs"
+        )
     for name, lib in report["libraries"].items():
         note = LIBRARIES[name].notes.get(op, "")
         lines.append(f"- `{name}`: {lib.get('version', '')} — {note}")

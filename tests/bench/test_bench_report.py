@@ -144,3 +144,15 @@ def test_cli_rejects_unknown_baseline(capsys):
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["spmm", "--baselines", "eigen"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_a_busy_machine_is_flagged():
+    rec = record([result("sparsetir", "g1", 32, 1.0), result("torch", "g1", 32, 1.0)])
+    rec["load"] = [{"graph": "g1", "loadavg": [1.0, 1.0, 1.0]}]
+    quiet = finish("spmm", dict(rec), dict(CONFIG), "x")
+    quiet["machine"]["cores"] = 2
+    assert "busy" not in markdown(quiet)
+    rec["load"].append({"graph": "g2", "loadavg": [5.5, 1.0, 1.0]})
+    busy = finish("spmm", dict(rec), dict(CONFIG), "x")
+    busy["machine"]["cores"] = 2
+    assert "**Warning: the machine was busy** (load average up to 5.5 on 2 cores)" in markdown(busy)
