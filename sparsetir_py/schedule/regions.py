@@ -17,7 +17,7 @@ from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED
 from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, IntImm, PrimExpr, Var
-from ..ir.stmt import AtomicAdd, Block, BufferStore, For, Stmt
+from ..ir.stmt import AtomicAdd, Block, BufferStore, For, LetStmt, Stmt
 from ..ir.visit import post_order_rewrite, substitute, walk
 from .state import child_stmts
 
@@ -104,13 +104,10 @@ class _Collector:
                 self.accesses.append(Access("r", s.buffer, indices, block))
             self.accesses.append(Access("w", s.buffer, indices, block))
             return
-        if type(s).__name__ == "LetStmt":
-            self.expr(s.value, block)
+        if isinstance(s, LetStmt):
             self.subst[s.var] = self.sub(s.value)
-        for name, value in s.fields():
-            if name in ("body", "init", "then_case", "else_case", "stmts", "var"):
-                continue
-            if isinstance(value, PrimExpr):
+        for _, value in s.fields():
+            if isinstance(value, PrimExpr) and not isinstance(value, Var):
                 self.expr(value, block)
         for c in child_stmts(s):
             self.stmt(c, block)
