@@ -254,8 +254,11 @@ def cache_write(func: PrimFunc, block: str, write_buffer_index: int | str, scope
 
     It requires: a known block; a write buffer index (or name) of that block; scope `shared` or
     `local`; inside the block's scope (the enclosing block) every read of the buffer comes after
-    a write of it (the cache starts uninitialised), the buffer is not searched (T.lower_bound),
-    and, for a sparse buffer, the region stays inside the stored positions of its sparse axes.
+    a write of it (the cache starts uninitialised) and lies in the region written, the buffer is
+    not searched (T.lower_bound), and, for a sparse buffer, the region stays inside the stored
+    positions of its sparse axes. The write-back copies the whole region written (its bounding
+    box, as region analysis computes it): the scope must write all of it, as a reduction's init
+    does.
 
     Parameters: `block` the name of a block that writes the buffer; `write_buffer_index` the
     position of the buffer in the block's `T.writes` (or its name); `scope` the cache's scope.
@@ -307,6 +310,12 @@ def cache_write(func: PrimFunc, block: str, write_buffer_index: int | str, scope
         )
     accesses, ranges = R.collect(body)
     dims = _cache_dims(func, buf, accesses, ranges, known, scope_blk, primitive)
+    written = R.region([a for a in accesses if a.kind == "w"], buf, ranges, known, func)
+    if written != dims:
+        raise ScheduleError(
+            f"in `{primitive}`: expected the accesses of `{buf.name}` in {scope_name(scope_blk)} inside the region "
+            "it writes (the write-back copies that region), but some read lies outside it"
+        )
     names = NameGen(func)
     cache = FlatBuffer(names(f"{buf.name}_{scope}"), tuple(d.extent for d in dims), buf.dtype, scope=scope)
     back, back_name = _copy_nest(names, cache.name, dims, buf, cache, to_cache=False)

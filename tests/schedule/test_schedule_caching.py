@@ -280,3 +280,29 @@ def test_set_scope_fail_scope():
     unchanged(sch, lambda: sch.set_scope(b, 0, "texture"), "in `set_scope`: expected a scope")
     sch.set_scope(b, 0, "shared")  # C_local, written by csrmm1, is allocated here
     assert block(sch.mod["main"], "csrmm0").alloc_buffers[0].scope == "shared"
+
+
+@T.prim_func
+def neighbours(a: T.handle, c: T.handle, n: T.int32):
+    T.func_attr({"stage": 2})
+    A = T.match_buffer(a, (n,), "float32")
+    C = T.match_buffer(c, (n,), "float32")
+    for i in T.serial(n - 1):
+        with T.block("outer"):
+            vi = T.axis.spatial(n - 1, i)
+            for p in T.serial(1):
+                with T.block("write"):
+                    vp = T.axis.spatial(1, p)
+                    C[vi + vp] = A[vi]
+            for q in T.serial(2):
+                with T.block("read"):
+                    vq = T.axis.spatial(2, q)
+                    C[vi] = C[vi] + C[vi + vq]
+
+
+def test_cache_write_fail_read_outside_written():
+    """`outer` writes C[vi] but reads C[vi + 1] too: a write-back of the read region would copy
+    an element nobody wrote."""
+    sch = sp.Schedule(expected(neighbours))
+    b = sch.get_block("write")
+    unchanged(sch, lambda: sch.cache_write(b, "C", "local"), "expected the accesses of `C` in block `outer` inside")
