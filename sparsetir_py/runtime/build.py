@@ -19,7 +19,7 @@ from typing import Any
 from ..codegen import render
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
-from ..transform.hoist_invariants import hoist_loop_invariants
+from ..transform.hoist_invariants import hoist_loop_invariants, promote_accumulators
 from . import cache
 from .kernel import CPUKernel, CUDAKernel, Kernel
 
@@ -63,7 +63,11 @@ def build(
         verify_func(func)
     # Loads of read-only buffers move out of the loops that do not change them (Numba arrays
     # carry no aliasing information, so LLVM would reload them on every iteration).
-    ks = render(hoist_loop_invariants(func)["main"], target, **options)
+    # Accumulations into one element per loop run in a register (scalar replacement; on the
+    # CPU only, where no other thread touches that element inside the loop).
+    prepared = promote_accumulators(func) if target == "cpu" else IRModule.from_any(func)
+    prepared = hoist_loop_invariants(prepared)["main"]
+    ks = render(prepared, target, **options)
     key = cache.cache_key(_script_text(func), target, ks.options, ks.source)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
     path = cache.kernel_path(directory, target, ks.name, key)

@@ -155,3 +155,96 @@ def hoist_loop_invariants(mod: PrimFunc | IRModule) -> IRModule:
     for name, func in mod.items():
         out[name] = func.replace(body=_Hoister(func).stmt(func.body)) if func.stage == 3 else func
     return IRModule(FrozenDict(out))
+
+
+# ------------------------------------------------------------------------ scalar replacement
+def _accesses(node, buf) -> list:
+    return [n for n in walk(node) if isinstance(n, BufferLoad | BufferStore | AtomicAdd) and n.buffer is buf]
+
+
+class _Promoter:
+    """Accumulations `X[e] = X[e] + ...` in a loop that leaves `e` unchanged go through a register.
+
+    For a loop whose body touches buffer `X` only at one flat offset `e`, and `e` does not change
+    in the loop (block iterators seen through): `acc = X[e]` before the loop, every access to
+    `X[e]` in the loop becomes `acc`, and `X[e] = acc` after it. Nothing else reads or writes
+    `X[e]` meanwhile, so the value is the same; the loop's accumulation then runs in a register
+    instead of a load and a store per iteration (SDDMM's dot product over the features).
+    """
+
+    def __init__(self, func: PrimFunc):
+        self.func = func
+        self.count = 0
+
+    def candidates(self, loop: For) -> list[tuple[object, PrimExpr, PrimExpr]]:
+        inner, aliases = _bound_in(loop.body)
+        inner.add(loop.loop_var)
+        stored = []
+        for n in walk(loop.body):
+            if isinstance(n, BufferStore) and n.buffer not in stored and isinstance(n.buffer, FlatBuffer):
+                stored.append(n.buffer)
+        out = []
+        for buf in stored:
+            if buf.data is None or buf.scope != "global" or len(buf.shape) == 0:
+                continue  # only function arguments: scratch may be shared between threads
+            accesses = _accesses(loop.body, buf)
+            if any(isinstance(a, AtomicAdd) or len(a.indices) != 1 for a in accesses):
+                continue
+            if any(isinstance(n, Block) and buf in n.alloc_buffers for n in walk(loop.body)):
+                continue
+            index = accesses[0].indices[0]
+            if any(a.indices[0] != index for a in accesses):
+                continue
+            resolved = _resolve(index, aliases)
+            if any(isinstance(n, Var) and n in inner for n in walk(resolved)):
+                continue
+            if any(isinstance(n, BufferLoad) for n in walk(resolved)) and any(
+                isinstance(n, BufferLoad) and n.buffer is buf for n in walk(resolved)
+            ):
+                continue
+            out.append((buf, index, resolved))
+        return out
+
+    def loop(self, f: For) -> Stmt:
+        f = f.replace(body=self.stmt(f.body))
+        promoted = []
+        for buf, index, resolved in self.candidates(f):
+            reg = FlatBuffer(f"{buf.name}_acc{self.count}", (IntImm(1),), buf.dtype, scope="local")
+            self.count += 1
+            promoted.append((buf, index, resolved, reg))
+        if not promoted:
+            return f
+        zero = IntImm(0)
+        targets = {(buf, index): reg for buf, index, _, reg in promoted}
+
+        def redirect(n):
+            n = map_children(n, redirect)
+            if isinstance(n, BufferLoad | BufferStore) and (n.buffer, n.indices[0]) in targets:
+                reg = targets[(n.buffer, n.indices[0])]
+                if isinstance(n, BufferLoad):
+                    return BufferLoad(reg, (zero,))
+                return n.replace(buffer=reg, indices=(zero,))
+            return n
+
+        loads = tuple(BufferStore(reg, (zero,), BufferLoad(buf, (resolved,))) for buf, _, resolved, reg in promoted)
+        stores = tuple(BufferStore(buf, (resolved,), BufferLoad(reg, (zero,))) for buf, _, resolved, reg in promoted)
+        result: Stmt = SeqStmt((*loads, redirect(f), *stores))
+        for _, _, _, reg in reversed(promoted):
+            result = Allocate(reg, result)
+        return result
+
+    def stmt(self, s: Stmt) -> Stmt:
+        if isinstance(s, For):
+            return self.loop(s)
+        if isinstance(s, SeqStmt | IfThenElse | Block | Allocate | LetStmt):
+            return map_children(s, lambda c: self.stmt(c) if isinstance(c, Stmt) else c)
+        return s
+
+
+def promote_accumulators(mod: PrimFunc | IRModule) -> IRModule:
+    """Scalar replacement of loop-invariant accumulations (Stage III functions), see `_Promoter`."""
+    mod = IRModule.from_any(mod)
+    out = {}
+    for name, func in mod.items():
+        out[name] = func.replace(body=_Promoter(func).stmt(func.body)) if func.stage == 3 else func
+    return IRModule(FrozenDict(out))
