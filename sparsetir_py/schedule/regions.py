@@ -22,6 +22,27 @@ from ..ir.visit import post_order_rewrite, substitute, walk
 from .state import child_stmts
 
 
+def fix_dtypes(e: PrimExpr) -> PrimExpr:
+    """`e` with casts where operands of an arithmetic operator differ in dtype.
+
+    The index analysis works on integers and drops casts (`to_affine`), so what it gives back
+    (`simplify`, `symbolic_range`) can mix int32 and int64 operands; IR must not.
+    """
+
+    def rule(n):
+        if isinstance(n, BinOp) and n.a.dtype != n.b.dtype and n.op not in ("and", "or"):
+            a, b = mk.unify(n.a, n.b)
+            return BinOp(n.op, a, b)
+        return n
+
+    return post_order_rewrite(e, rule)
+
+
+def simplify_ir(e: PrimExpr) -> PrimExpr:
+    """`arith.simplify` for expressions that go back into the IR."""
+    return fix_dtypes(simplify(e))
+
+
 class Ranges(dict):
     """Loop variable -> inclusive `(lo, hi)`; `extents` keeps each loop's own extent expression."""
 
@@ -51,7 +72,7 @@ class Dim:
 
     @property
     def extent(self) -> PrimExpr:
-        computed = simplify(mk.add(mk.sub(self.hi, self.lo), IntImm(1, self.hi.dtype)))
+        computed = simplify_ir(mk.add(mk.sub(self.hi, self.lo), IntImm(1, self.hi.dtype)))
         if isinstance(computed, IntImm) or self.size is None:
             return computed
         return self.size
@@ -137,7 +158,8 @@ def relax_index(idx: PrimExpr, ranges: Ranges) -> tuple[PrimExpr, PrimExpr] | No
     inner = {v: ranges[v] for v in _vars(idx) if v in ranges}
     if not inner:
         return idx, idx
-    return symbolic_range(idx, inner)
+    bounds = symbolic_range(idx, inner)
+    return None if bounds is None else (fix_dtypes(bounds[0]), fix_dtypes(bounds[1]))
 
 
 def prove_le(a: PrimExpr, b: PrimExpr, env: Ranges) -> bool:
@@ -279,14 +301,14 @@ def offset(idx: PrimExpr, lo: PrimExpr) -> PrimExpr:
     """`idx - lo`, simplified (an index into a buffer that holds a region starting at `lo`)."""
     if isinstance(lo, IntImm) and lo.value == 0:
         return idx
-    return simplify(mk.sub(idx, lo))
+    return simplify_ir(mk.sub(idx, lo))
 
 
 def shift(lo: PrimExpr, v: PrimExpr) -> PrimExpr:
     """`lo + v`, simplified."""
     if isinstance(lo, IntImm) and lo.value == 0:
         return v if v.dtype == lo.dtype else mk.cast(lo.dtype, v)
-    return simplify(mk.add(lo, v))
+    return simplify_ir(mk.add(lo, v))
 
 
 def less_than(e: PrimExpr, bound: PrimExpr) -> PrimExpr:

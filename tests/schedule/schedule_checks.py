@@ -83,8 +83,8 @@ def cora() -> sps.csr_matrix:
 
 def _spmm_args(A, feat: int, seed: int):
     m, n = A.shape
-    B = np.random.default_rng(seed).standard_normal((n, feat)).astype(np.float32)
-    C = np.full((m, feat), np.nan, np.float32)  # every element must be written
+    B = np.random.default_rng(seed).standard_normal((n, feat)).astype(A.dtype)
+    C = np.full((m, feat), np.nan, A.dtype)  # every element must be written
     args = dict(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=m, n=n, feat=feat, nnz=A.nnz)
     return args, (A @ B)
 
@@ -92,9 +92,9 @@ def _spmm_args(A, feat: int, seed: int):
 def _sddmm_args(A, feat: int, seed: int):
     m, n = A.shape
     rng = np.random.default_rng(seed)
-    X = rng.standard_normal((m, feat)).astype(np.float32)
-    Y = rng.standard_normal((n, feat)).astype(np.float32)
-    C = np.full(A.nnz, np.nan, np.float32)
+    X = rng.standard_normal((m, feat)).astype(A.dtype)
+    Y = rng.standard_normal((n, feat)).astype(A.dtype)
+    C = np.full(A.nnz, np.nan, A.dtype)
     rows = np.repeat(np.arange(m), np.diff(A.indptr))
     ref = A.data * np.einsum("ij,ij->i", X[rows], Y[A.indices])
     args = dict(a=A.data, x=X, y=Y, c=C, indptr=A.indptr, indices=A.indices, m=m, n=n, feat=feat, nnz=A.nnz)

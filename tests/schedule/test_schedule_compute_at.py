@@ -280,3 +280,35 @@ def test_compute_at_fail_unknown_block(pipe):
     (d,) = sch.get_loops(sch.get_block("dead"))
     unchanged(sch, lambda: sch.compute_at(sp.schedule.BlockRV("nope"), d), "in `compute_at`: no block named 'nope'")
     assert block(sch.mod["main"], "dead") is not None
+
+
+def test_int64_indices():
+    """int64 index arrays and float64 values: loops and caches mix int64 positions with int32
+    features; every index the primitives build has consistent dtypes (casts where needed)."""
+    import corpus  # tests/corpus.py
+
+    spmm = sp.lower_sparse_iter(sp.ops.spmm_script("int64", "float64"))
+    sch = VerifyingSchedule(spmm)
+    b = sch.get_block("csrmm1")
+    j, k = sch.get_loops(b)
+    ko, _ = sch.split(k, [None, 2])
+    sch.reorder(ko, j)
+    back = sch.cache_write(b, "C", "local")
+    sch.reverse_compute_at(back, ko)
+    copy = sch.cache_read(b, "B", "shared")
+    sch.compute_at(copy, j)
+    sch.decompose_reduction(b, j)
+    check(sch, spmm)
+    run_spmm(sch.mod, corpus.prepare_csr(random_csr().toarray(), "int64", "float64"))
+
+    sddmm = sp.lower_sparse_iter(sp.ops.sddmm_script("int64", "float64"))
+    sch = VerifyingSchedule(sddmm)
+    b = sch.get_block("sddmm1")
+    _, k = sch.get_loops(b)
+    _, ki = sch.split(k, [None, 4])
+    rf = sch.rfactor(ki, 1)
+    j, ko, _ = sch.get_loops(rf)
+    sch.decompose_reduction(rf, ko)
+    sch.reverse_compute_at(b, j)
+    check(sch, sddmm)
+    run_sddmm(sch.mod, corpus.prepare_csr(random_csr().toarray(), "int64", "float64"))
