@@ -1,4 +1,8 @@
-"""SDDMM (`sddmm`: blocks `sddmm0` over rows, `sddmm1` over (j, k)) schedules."""
+"""SDDMM schedules (`sddmm`: Stage II blocks `sddmm0` over rows and `sddmm1` over (j, k)).
+
+A schedule is `fn(sch)` applied at Stage II; one with a `stage1` attribute also gets
+`fn.stage1(sch)` on the Stage I function first (e.g. to fuse `i` and `j`).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,25 @@ import sparsetir_py as sp
 
 
 def csr_cpu_rows(sch: sp.Schedule) -> None:
-    """Rows in parallel over CPU threads; each nonzero's dot product runs in order."""
+    """Rows in parallel over CPU threads. Each nonzero's dot product over the features runs in a
+    register (the code generator's scalar replacement) and LLVM vectorises it."""
     (i,) = sch.get_loops(sch.get_block("sddmm0"))
     sch.parallel(i)
+
+
+def csr_cpu_rows_dot8(sch: sp.Schedule) -> None:
+    """Rows in parallel; the dot product split by 8 and tensorized into an unrolled 8-wide dot."""
+    (i,) = sch.get_loops(sch.get_block("sddmm0"))
+    _, k = sch.get_loops(sch.get_block("sddmm1"))
+    sch.parallel(i)
+    _, k_inner = sch.split(k, [None, 8])
+    sch.tensorize(k_inner, "dot_8", "cpu")
+
+
+def _fuse_rows_and_nonzeros(sch: sp.Schedule) -> None:
+    it = sch.get_sparse_iteration("sddmm")
+    i, j, _ = sch.get_sp_iters(it)
+    sch.sparse_fuse(it, [i, j])
 
 
 def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
@@ -20,4 +40,24 @@ def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
     sch.bind(j_inner, "threadIdx.x")
 
 
+def csr_cuda_fused_warp(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
+    """Fused (i, j) over nonzeros: `nnz_per_block` nonzeros per thread block on `threadIdx.y`,
+    each nonzero's dot product over 32 lanes of a warp (`threadIdx.x`) reduced with
+    `shfl_down_sync` (the `warp_sum_32` intrinsic)."""
+    ij, k = sch.get_loops(sch.get_block("sddmm0"))
+    outer, inner = sch.split(ij, [None, nnz_per_block])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.y")
+    _, k_inner = sch.split(k, [None, 32])
+    sch.tensorize(k_inner, "warp_sum_32", "cuda")
+
+
+csr_cuda_fused_warp.stage1 = _fuse_rows_and_nonzeros
+
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
+SCHEDULES = {
+    "csr_cpu_rows": csr_cpu_rows,
+    "csr_cpu_rows_dot8": csr_cpu_rows_dot8,
+    "csr_cuda_rows": csr_cuda_rows,
+    "csr_cuda_fused_warp": csr_cuda_fused_warp,
+}

@@ -1,4 +1,8 @@
-"""SpMM (`csrmm`: blocks `csrmm0` over rows, `csrmm1` over (j, k)) schedules."""
+"""SpMM schedules (`csrmm`: Stage II blocks `csrmm0` over rows and `csrmm1` over (j, k)).
+
+A schedule is `fn(sch)` applied at Stage II; one with a `stage1` attribute also gets
+`fn.stage1(sch)` on the Stage I function first (e.g. to fuse `i` and `j`).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,22 @@ import sparsetir_py as sp
 
 
 def csr_cpu_rows(sch: sp.Schedule) -> None:
-    """Rows in parallel over CPU threads; each row accumulates its features in order."""
+    """Rows in parallel over CPU threads; each row accumulates its features in order.
+
+    With flat offsets indexed unsigned and the feature width left at run time, LLVM vectorises
+    the feature loop; the feature loop stays innermost so B's rows are read contiguously.
+    """
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
     sch.parallel(i)
+
+
+def csr_cpu_rows_tiled(sch: sp.Schedule, tile: int = 8) -> None:
+    """Rows in parallel, the feature loop split into vector-width tiles (the inner one vectorised)."""
+    (i,) = sch.get_loops(sch.get_block("csrmm0"))
+    _, k = sch.get_loops(sch.get_block("csrmm1"))
+    sch.parallel(i)
+    _, k_inner = sch.split(k, [None, tile])
+    sch.vectorize(k_inner)
 
 
 def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
@@ -21,3 +38,8 @@ def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
 
 
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
+SCHEDULES = {
+    "csr_cpu_rows": csr_cpu_rows,
+    "csr_cpu_rows_tiled": csr_cpu_rows_tiled,
+    "csr_cuda_rows": csr_cuda_rows,
+}

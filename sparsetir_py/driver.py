@@ -36,11 +36,21 @@ def compile(
     specialize: Mapping[str, int] | None = None,
     layouts: Mapping[str, Layout] | None = None,
 ) -> Kernel:
-    """Stage I function -> kernel for `target`, through the three stages."""
+    """Stage I function -> kernel for `target`, through the three stages.
+
+    `schedule(sch)` runs on the Stage II function; if it has a `stage1` attribute, that runs on
+    the Stage I function first (sparse_reorder / sparse_fuse).
+    """
     mod = IRModule.from_any(func)
     if specialize:
         # Bind sizes first, so loop extents are constants for the schedule and the code generator.
         mod = IRModule.from_any({k: f.specialize(specialize) for k, f in mod.items()})
+    stage1 = getattr(schedule, "stage1", None)
+    if stage1 is not None:
+        # Stage I primitives (sparse_reorder, sparse_fuse) decide the loop structure lowering emits.
+        sch = Schedule(mod)
+        stage1(sch)
+        mod = sch.mod
     _debug("Stage I", mod)
     # Coordinate space -> position space: loops, blocks, aux buffers, binary searches.
     mod = lower_sparse_iter(mod)

@@ -1,0 +1,136 @@
+"""The shipped SpMM / SDDMM schedules (`schedules/`): every CPU schedule equals scipy through
+`sp.ops`; every CUDA schedule compiles to PTX (sm_80, sm_90) and runs in the CUDA simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from strategies import csr_matrices
+
+import sparsetir_py as sp
+from schedules import sddmm as sddmm_schedules
+from schedules import spmm as spmm_schedules
+from sparsetir_py.data import load_matrix
+from sparsetir_py.ops import sddmm_script, spmm_script
+
+CPU_SPMM = [n for n in spmm_schedules.SCHEDULES if "cpu" in n]
+CPU_SDDMM = [n for n in sddmm_schedules.SCHEDULES if "cpu" in n]
+CUDA = [("spmm", n) for n in spmm_schedules.SCHEDULES if "cuda" in n] + [
+    ("sddmm", n) for n in sddmm_schedules.SCHEDULES if "cuda" in n
+]
+
+
+def sddmm_reference(A, X, Y):
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    return A.data * np.einsum("ij,ij->i", X[rows].astype(np.float64), Y[A.indices].astype(np.float64))
+
+
+@pytest.mark.parametrize("name", CPU_SPMM)
+@pytest.mark.parametrize("feat", [1, 13, 32])
+def test_cpu_spmm_schedules(name, feat):
+    A = load_matrix("cora")
+    B = np.random.default_rng(feat).standard_normal((A.shape[1], feat)).astype(np.float32)
+    np.testing.assert_allclose(sp.ops.spmm(A, B, schedule=name), A @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CPU_SDDMM)
+@pytest.mark.parametrize("feat", [1, 13, 32])
+def test_cpu_sddmm_schedules(name, feat):
+    A = load_matrix("citeseer")
+    rng = np.random.default_rng(feat)
+    X = rng.standard_normal((A.shape[0], feat)).astype(np.float32)
+    Y = rng.standard_normal((A.shape[1], feat)).astype(np.float32)
+    np.testing.assert_allclose(
+        sp.ops.sddmm(A, X, Y, schedule=name).data, sddmm_reference(A, X, Y), rtol=1e-4, atol=1e-4
+    )
+
+
+@settings(max_examples=10, deadline=None)
+@given(A=csr_matrices(max_rows=20, max_cols=20))
+def test_cpu_schedules_on_random_matrices(A):
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((A.shape[1], 9)).astype(A.dtype)
+    X = rng.standard_normal((A.shape[0], 9)).astype(A.dtype)
+    for name in CPU_SPMM:
+        np.testing.assert_allclose(sp.ops.spmm(A, B, schedule=name), A.toarray() @ B, rtol=1e-4, atol=1e-4)
+    for name in CPU_SDDMM:
+        np.testing.assert_allclose(
+            sp.ops.sddmm(A, X, B, schedule=name).data, sddmm_reference(A, X, B), rtol=1e-4, atol=1e-4
+        )
+
+
+def test_unknown_schedule_name():
+    A = load_matrix("karate")
+    with pytest.raises(sp.InputError, match="unknown spmm schedule 'nope'"):
+        sp.ops.spmm(A, np.ones((34, 2), np.float32), schedule="nope")
+
+
+def cuda_kernel(op, name, feat):
+    script, module = (spmm_script, spmm_schedules) if op == "spmm" else (sddmm_script, sddmm_schedules)
+    return sp.compile(script(), "cuda", schedule=module.SCHEDULES[name], specialize={"feat": feat})
+
+
+@pytest.mark.parametrize("op,name", CUDA)
+def test_cuda_schedules_compile_to_ptx(op, name):
+    kernel = cuda_kernel(op, name, 64)
+    for cc in ((8, 0), (9, 0)):
+        ptx = kernel.ptx(cc=cc)
+        assert ".visible .entry" in ptx and f".target sm_{cc[0]}{cc[1]}" in ptx
+    if name == "csr_cuda_fused_warp":
+        assert "shfl.sync.down" in kernel.ptx(cc=(8, 0))
+
+
+SIMULATOR_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import sparsetir_py as sp
+    from sparsetir_py.data import load_matrix
+    sys.path.insert(0, {tests!r})
+    from test_schedules import CUDA, cuda_kernel, sddmm_reference
+    A = load_matrix("karate")
+    rng = np.random.default_rng(0)
+    results = {{}}
+    for op, name in CUDA:
+        feat = 40
+        kernel = cuda_kernel(op, name, feat)
+        m, n = A.shape
+        if op == "spmm":
+            B = rng.standard_normal((n, feat)).astype(np.float32)
+            C = np.full((m, feat), np.nan, np.float32)
+            kernel(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=m, n=n, nnz=A.nnz)
+            results[name] = float(np.abs(C - A @ B).max())
+        else:
+            X = rng.standard_normal((m, feat)).astype(np.float32)
+            Y = rng.standard_normal((n, feat)).astype(np.float32)
+            out = np.full(A.nnz, np.nan, np.float32)
+            kernel(a=A.data, x=X, y=Y, c=out, indptr=A.indptr, indices=A.indices, m=m, n=n, nnz=A.nnz)
+            results[name] = float(np.abs(out - sddmm_reference(A, X, Y)).max())
+    print(json.dumps(results))
+    """
+)
+
+
+def test_cuda_schedules_in_the_simulator():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SIMULATOR_DRIVER.format(tests=tests)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tests,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(results) == {name for _, name in CUDA}
+    for name, err in results.items():
+        assert err < 1e-3, (name, err)
