@@ -74,6 +74,7 @@ def test_cache_read_sddmm_row_of_x():
     kernel = build(sch.mod)
     run_sddmm(sch.mod, random_csr(), kernel=kernel)
     run_sddmm(sch.mod, cora(), feat=4, kernel=kernel, interpret=False)
+    run_sddmm(sch.mod, cora(), feat=1)  # the interpreter on a real matrix (slow: one feature)
 
 
 def test_cache_write_spmm_row_of_c():
