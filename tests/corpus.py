@@ -31,6 +31,7 @@ import scipy.sparse
 
 import sparsetir_py as sp
 from sparsetir_py import script as T
+from sparsetir_py.ops import sddmm_script, spmm_script
 
 F64 = np.float64
 
@@ -47,33 +48,8 @@ NEG_LARGE = -3.0e38
 
 
 def make_csrmm(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
-    """SpMM: C = A @ B with A in CSR."""
-
-    @T.prim_func
-    def csrmm(
-        a: T.handle,
-        b: T.handle,
-        c: T.handle,
-        indptr: T.handle,
-        indices: T.handle,
-        m: T.int32,
-        n: T.int32,
-        feat: T.int32,
-        nnz: T.int32,
-    ):
-        I = T.dense_fixed(m, idtype)
-        J = T.sparse_variable(I, (n, nnz), (indptr, indices), idtype)
-        J_detach = T.dense_fixed(n, idtype)
-        K = T.dense_fixed(feat, idtype)
-        A = T.match_sparse_buffer(a, (I, J), dtype)
-        B = T.match_sparse_buffer(b, (J_detach, K), dtype)
-        C = T.match_sparse_buffer(c, (I, K), dtype)
-        with T.sp_iter([I, J, K], "SRS", "csrmm") as [i, j, k]:
-            with T.init():
-                C[i, k] = 0.0
-            C[i, k] = C[i, k] + A[i, j] * B[j, k]
-
-    return csrmm
+    """SpMM: C = A @ B with A in CSR — the script `sp.ops.spmm` compiles."""
+    return spmm_script(idtype, dtype)
 
 
 def make_csrmm_dense_iter(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
@@ -241,35 +217,8 @@ def make_ellmm(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
 
 
 def make_sddmm(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
-    """SDDMM: C = A * (X @ Y.T) sampled at the stored entries of A."""
-
-    @T.prim_func
-    def sddmm(
-        a: T.handle,
-        x: T.handle,
-        y: T.handle,
-        c: T.handle,
-        indptr: T.handle,
-        indices: T.handle,
-        m: T.int32,
-        n: T.int32,
-        feat: T.int32,
-        nnz: T.int32,
-    ):
-        I = T.dense_fixed(m, idtype)
-        J = T.sparse_variable(I, (n, nnz), (indptr, indices), idtype)
-        J_detach = T.dense_fixed(n, idtype)
-        K = T.dense_fixed(feat, idtype)
-        A = T.match_sparse_buffer(a, (I, J), dtype)
-        X = T.match_sparse_buffer(x, (I, K), dtype)
-        Y = T.match_sparse_buffer(y, (J_detach, K), dtype)
-        C = T.match_sparse_buffer(c, (I, J), dtype)
-        with T.sp_iter([I, J, K], "SSR", "sddmm") as [i, j, k]:
-            with T.init():
-                C[i, j] = 0.0
-            C[i, j] = C[i, j] + A[i, j] * X[i, k] * Y[j, k]
-
-    return sddmm
+    """SDDMM: C = A * (X @ Y.T) sampled at the stored entries of A — the script `sp.ops.sddmm` compiles."""
+    return sddmm_script(idtype, dtype)
 
 
 def make_fused_sddmm(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
