@@ -13,6 +13,7 @@ output folder; later runs load the cached file.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,20 +128,31 @@ def rmat_cached(cache_dir: Path, params: RmatParams = RmatParams()) -> Path:
     return path
 
 
+def shipped_dir() -> Path:
+    """The folder of `sparsetir_py`'s shipped matrices, found without importing `sparsetir_py`
+    (a baseline's worker then never loads Numba and its OpenMP runtime)."""
+    spec = importlib.util.find_spec("sparsetir_py")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("in `shipped_dir`: sparsetir_py is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
 def load_graph(name: str, path: str | None = None) -> scipy.sparse.csr_matrix:
     """A benchmark matrix as canonical float32 CSR with int32 indices.
 
-    `path` names an `.npz` file (the cached R-MAT graph); otherwise `name` is a shipped matrix.
+    `path` names an `.npz` file (the cached R-MAT graph); otherwise `name` is a matrix shipped in
+    `sparsetir_py/data/`, loaded as `sparsetir_py.data.load_matrix` does (duplicates summed,
+    indices sorted).
     """
-    if path is not None:
-        return _canonical_int32(scipy.sparse.csr_matrix(scipy.sparse.load_npz(path)))
-    from sparsetir_py.data import load_matrix
-
-    return load_matrix(name, dtype=np.float32, index_dtype=np.int32)
+    file = Path(path) if path is not None else shipped_dir() / f"{name}.npz"
+    if not file.is_file():
+        raise KeyError(f"in `load_graph`: no matrix {name!r} ({file} is missing); known: {', '.join(known_graphs())}")
+    matrix = scipy.sparse.csr_matrix(scipy.sparse.load_npz(file))
+    matrix.sum_duplicates()  # also sorts the indices
+    matrix.sort_indices()
+    return _canonical_int32(matrix)
 
 
 def known_graphs() -> list[str]:
     """Every name `--graphs` accepts: the shipped matrices and `rmat`."""
-    from sparsetir_py.data import available
-
-    return [*available(), RMAT]
+    return [*sorted((f.stem for f in shipped_dir().glob("*.npz")), key=str.lower), RMAT]

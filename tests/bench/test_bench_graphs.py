@@ -1,11 +1,18 @@
 """The benchmark's matrices: the seeded R-MAT generator, its cache, and the shipped graphs."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse
 
 from bench import graphs
 from bench.graphs import REAL_GRAPHS, RmatParams, load_graph, rmat, rmat_cached
+from sparsetir_py.data import available, load_matrix
+
+REPO = Path(__file__).resolve().parents[2]
 
 SMALL = {"scale": 10, "nnz": 8000, "n": 1000}
 
@@ -107,3 +114,18 @@ def test_real_graphs_are_shipped_and_canonical(name):
     assert A.shape == (rows, rows) and A.nnz == nnz
     assert A.dtype == np.float32 and A.indices.dtype == np.int32
     assert is_canonical(A)
+    assert (load_matrix(name) != A).nnz == 0
+
+
+def test_known_graphs_are_the_shipped_ones_and_rmat():
+    assert graphs.known_graphs() == [*available(), "rmat"]
+    with pytest.raises(KeyError, match="no matrix 'nope'"):
+        load_graph("nope")
+
+
+def test_baseline_workers_do_not_import_sparsetir_py():
+    """Loading a shipped graph must not import sparsetir_py (and with it Numba's OpenMP layer)."""
+    code = "import sys; from bench.graphs import load_graph; load_graph('cora'); print('sparsetir_py' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
