@@ -35,7 +35,6 @@ from .state import (
     replace_block,
     replace_stmt,
     rewrite_stmts,
-    scope_name,
     uses_var,
 )
 
@@ -258,15 +257,16 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
 
     It requires: exactly one block under `loop`, a sum reduction (init `C[...] = c`, update
     `C[...] = C[...] + e`); `loop` bound to a reduction iterator; every loop of a reduction
-    iterator starting at 0 and bound to no spatial iterator; `loop`'s extent independent of the
-    block's other loops; `factor_axis` in [-(ndim + 1), ndim] for a buffer of `ndim` dimensions; no
-    other block accessing the buffer in the block's loop nest; for a sparse buffer, a region that
-    stays inside the stored positions.
+    iterator starting at 0 and bound to no spatial iterator; `loop`'s extent and the extents of
+    the spatial iterators independent of the block's loops; `factor_axis` in [-(n + 1), n] for a
+    block with `n` spatial iterators; no other block accessing `C` in the block's loop nest.
 
     What it builds (TVM's rfactor):
-    - the buffer `C_rf`, allocated in the block's parent block (scope `global`; see `set_scope`):
-      the region of `C` that the block's loop nest writes, with a dimension of `loop`'s extent
-      inserted at `factor_axis`, indexed relative to the region like a cache;
+    - the buffer `C_rf`, allocated in the block's parent block (scope `global`; see `set_scope`),
+      indexed by the block's spatial iterators with the `loop` dimension inserted at
+      `factor_axis`. (TVM indexes it like `C`; the spatial iterators are the same thing for a
+      dense `C` written at its iterators, and also work for a sparse `C`, whose positions a
+      fused iteration only reaches through a search);
     - the block `<block>_rf` in place of the block, under the same loops: the spatial iterators,
       then one iterator per reduction loop (spatial for `loop`, reduction for the others); it sums
       into `C_rf` with init 0;
@@ -291,7 +291,7 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
                     with T.init():
                         C[vi, vj] = T.float32(0.0)
                     C[vi, vj] = C[vi, vj] + A[vi, vj] * X[vi, vk] * Y[J_indices[vi, vj], vk]
-    `rfactor(f, k_inner, 2)`
+    `rfactor(f, k_inner, 1)`
     After:
 
     >>> import sparsetir_py as sp
@@ -300,11 +300,11 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
     >>> f = sp.lower_sparse_iter(sp.ops.sddmm_script())["main"]
     >>> _, k = [loop.loop_var for loop in loops_of(f, "sddmm1")]
     >>> f, (ko, ki) = split(f, k, [None, 4])
-    >>> g, name = rfactor(f, ki, 2)
+    >>> g, name = rfactor(f, ki, 1)
     >>> print(sp.schedule.fragment(g, "sddmm0"))
     with T.block("sddmm0"):
         vi = T.axis.spatial(m, i)
-        C_rf = T.alloc_buffer((1, J_indptr[vi + 1] - J_indptr[vi], 4), "float32")
+        C_rf = T.alloc_buffer((J_indptr[vi + 1] - J_indptr[vi], 4), "float32")
         if feat == 0:
             for j_init in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
                 C[vi, j_init] = T.float32(0.0)
@@ -317,8 +317,8 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
                         vk_inner = T.axis.spatial(4, k_inner)
                         T.where(k_outer * 4 + k_inner < feat)
                         with T.init():
-                            C_rf[0, vj, vk_inner] = T.float32(0.0)
-                        C_rf[0, vj, vk_inner] = C_rf[0, vj, vk_inner] + A[vi, vj] * X[vi, vk_outer * 4 + vk_inner] * ...
+                            C_rf[vj, vk_inner] = T.float32(0.0)
+                        C_rf[vj, vk_inner] = C_rf[vj, vk_inner] + A[vi, vj] * X[vi, vk_outer * 4 + vk_inner] * Y[...]
         for j_1 in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
             for k_inner_1 in T.serial(4):
                 with T.block("sddmm1"):
@@ -326,7 +326,7 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
                     vk_inner_1 = T.axis.reduce(4, k_inner_1)
                     with T.init():
                         C[vi, vj_1] = T.float32(0.0)
-                    C[vi, vj_1] = C[vi, vj_1] + C_rf[0, vj_1, vk_inner_1]
+                    C[vi, vj_1] = C[vi, vj_1] + C_rf[vj_1, vk_inner_1]
     """
     primitive = "rfactor"
     lpath = loop_path(func, loop, primitive)
@@ -360,13 +360,20 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
         raise ScheduleError(
             f"in `{primitive}`: expected an extent of `{loop.name}` independent of the other loops of `{blk.name}`"
         )
-    ndim = buf.ndim
+    ndim = len(s_ivs)
     axis = factor_axis + ndim + 1 if isinstance(factor_axis, int) and factor_axis < 0 else factor_axis
     if isinstance(factor_axis, bool) or not isinstance(factor_axis, int) or not 0 <= axis <= ndim:
         raise ScheduleError(
-            f"in `{primitive}`: expected a factor_axis in [{-(ndim + 1)}, {ndim}] for `{buf.name}`, "
-            f"but got {factor_axis!r}"
+            f"in `{primitive}`: expected a factor_axis in [{-(ndim + 1)}, {ndim}] ({ndim} spatial iterators of "
+            f"`{blk.name}`), but got {factor_axis!r}"
         )
+    loop_vars = [f.loop_var for f in loops]
+    for iv in s_ivs:
+        if uses_var(iv.extent, loop_vars):
+            raise ScheduleError(
+                f"in `{primitive}`: expected spatial iterators whose extents do not depend on the block's loops (they "
+                f"size `{buf.name}_rf`), but the extent of `{iv.var.name}` does"
+            )
     top = loops[0]
     for other in R.collect(top)[0]:
         if other.buffer is buf and other.block is not None and other.block.name != blk.name:
@@ -375,23 +382,13 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
                 f"loop nest, but `{other.block.name}` does too"
             )
     scope = enclosing_block(path)
-    known = facts(path[: path.index(scope) + 1]) if scope is not None else {}
-    accesses, ranges = R.collect(top)
-    dims = R.region([a for a in accesses if a.block is not None], buf, ranges, known, func)
-    bad = R.sparse_whole_dims(buf, dims)
-    if bad:
-        raise ScheduleError(
-            f"in `{primitive}`: expected a region of `{buf.name}` inside its stored positions, but in "
-            f"{scope_name(scope)} dimension {bad[0]} (axis `{buf.axes[bad[0]].name}`) can only be bounded by "
-            "the axis length"
-        )
     names = NameGen(func)
-    shape = [d.extent for d in dims]
+    shape = [iv.extent for iv in s_ivs]
     shape.insert(axis, target.extent)
     rf_buf = FlatBuffer(names(f"{buf.name}_rf"), tuple(shape), buf.dtype)
 
-    def rf_index(indices: tuple[PrimExpr, ...], factor: Var) -> tuple[PrimExpr, ...]:
-        out = [R.offset(i, d.lo) for i, d in zip(indices, dims)]
+    def rf_index(spatial: list[Var], factor: Var) -> tuple[PrimExpr, ...]:
+        out: list[PrimExpr] = list(spatial)
         out.insert(axis, factor)
         return tuple(out)
 
@@ -405,7 +402,7 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
     to_ivs = {v: iv.var for v, iv in loop_ivs.items()}
     r_subst = {iv.var: substitute(iv.value, to_ivs) for iv in r_ivs}
     factor = loop_ivs[target.loop_var].var
-    rf_idx = rf_index(idx, factor)
+    rf_idx = rf_index([iv.var for iv in s_ivs], factor)
     zero = const(0, buf.dtype)
     rf_name = names.block(blk.name + "_rf")
     rf_block = Block(
@@ -429,7 +426,7 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
     wb_r = IterVar(Var(names("v" + loop.name), loop.dtype), target.extent, "R", mapping[loop])
     s_map = {iv.var: n.var for iv, n in zip(s_ivs, wb_s)}
     out_idx = tuple(substitute(i, s_map) for i in idx)
-    wb_rf_idx = tuple(substitute(i, s_map) for i in rf_index(idx, wb_r.var))
+    wb_rf_idx = rf_index([iv.var for iv in wb_s], wb_r.var)
     env = facts(path[: path.index(top)])
     pred = _spatial_predicate(blk, kept, dropped, mapping, wb_s, env, primitive)
     wb_block = Block(

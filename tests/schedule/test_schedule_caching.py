@@ -152,7 +152,7 @@ def test_set_scope():
     _, ki = sch.split(k, [None, 2])
     rf = sch.rfactor(ki, 0)
     sch.set_scope(rf, 0, "local")
-    assert 'C_rf = T.alloc_buffer((2, 1, J_indptr[vi + 1] - J_indptr[vi]), "float32", scope="local")' in (
+    assert 'C_rf = T.alloc_buffer((2, J_indptr[vi + 1] - J_indptr[vi]), "float32", scope="local")' in (
         sch.mod["main"].script()
     )
     check(sch, sddmm2())
