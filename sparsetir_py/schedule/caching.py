@@ -76,10 +76,9 @@ def _scope_of(func: PrimFunc, block: str, primitive: str) -> tuple[Block, Block 
     return path[-1], scope, scope.body, facts(path[: path.index(scope) + 1])
 
 
-def _copy_nest(
-    names: NameGen, name: str, dims: list[R.Dim], dst: FlatBuffer | object, src, to_cache: bool
-) -> tuple[Stmt, str]:
-    """Loops `ax0, ax1, ...` over the region and a block copying between a buffer and its cache."""
+def _copy_nest(names: NameGen, name: str, dims: list[R.Dim], dst, src, to_cache: bool) -> tuple[Stmt, str]:
+    """Loops `ax0, ax1, ...` over the region and a block copying from `src` to `dst` (one of them
+    the cache, indexed from 0; the other the buffer, indexed from the region's start)."""
     loop_vars, iter_vars = [], []
     for k, d in enumerate(dims):
         extent = d.extent
