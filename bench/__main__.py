@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, help="at most this many timed calls per measurement (default 30)")
     p.add_argument("--budget", type=float, help="seconds of timed calls per measurement, at least 3 calls (default 1)")
     p.add_argument("--rounds", type=int, default=1, help="sweeps over all groups; keeps each one's fastest median")
+    p.add_argument("--schedule", metavar="NAME", help="a shipped schedule of ours by name (default: the default one)")
     p.add_argument("--threads", type=int, default=2, help="threads for every library (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dense operands")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
@@ -88,6 +89,7 @@ def configs(args: argparse.Namespace) -> list[Config]:
             repeat=repeat,
             budget=budget,
             rounds=max(1, args.rounds),
+            schedule=args.schedule,
             threads=args.threads,
             seed=args.seed,
             out=args.out,

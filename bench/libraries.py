@@ -78,7 +78,11 @@ class Library:
     def version(self) -> str:
         return ""
 
-    def prepare(self, op: str, A: scipy.sparse.csr_matrix, operands: dict[str, np.ndarray]) -> Prepared:
+    def prepare(
+        self, op: str, A: scipy.sparse.csr_matrix, operands: dict[str, np.ndarray], schedule: str | None = None
+    ) -> Prepared:
+        """Convert the inputs to the library's formats and return the call to time. `schedule`
+        names one of the project's shipped schedules (ours only; None: the default)."""
         raise NotImplementedError
 
 
@@ -96,19 +100,19 @@ class Ours(Library):
 
         return getattr(sparsetir_py, "__version__", "") or _git_revision()
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         import sparsetir_py as sp
 
         if op == "spmm":
             B = operands["B"]
-            return Prepared(lambda: sp.ops.spmm(A, B, target="cpu"), np.asarray)
+            return Prepared(lambda: sp.ops.spmm(A, B, target="cpu", schedule=schedule), np.asarray)
         X, Y = operands["X"], operands["Y"]
 
         def extract(S):
             same_structure(A, S.indptr, S.indices, "sp.ops.sddmm")
             return S.data
 
-        return Prepared(lambda: sp.ops.sddmm(A, X, Y, target="cpu"), extract)
+        return Prepared(lambda: sp.ops.sddmm(A, X, Y, target="cpu", schedule=schedule), extract)
 
 
 class OursCUDA(Library):
@@ -123,13 +127,15 @@ class OursCUDA(Library):
     def version(self) -> str:
         return _git_revision()
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         from numba import cuda
 
         import sparsetir_py as sp
         from schedules import sddmm as sddmm_schedules
         from schedules import spmm as spmm_schedules
 
+        module = spmm_schedules if op == "spmm" else sddmm_schedules
+        fn = module.SCHEDULES[schedule] if schedule else module.DEFAULT["cuda"]
         m, n = A.shape
         width = next(iter(operands.values())).shape[1]
         common = {
@@ -141,23 +147,17 @@ class OursCUDA(Library):
             "nnz": A.nnz,
         }
         if op == "spmm":
-            kernel = sp.compile(
-                sp.ops.spmm_script("int32", "float32"),
-                "cuda",
-                schedule=spmm_schedules.DEFAULT["cuda"],
-                specialize={"feat": width},
-            )
+            script = sp.ops.spmm_script("int32", "float32")
+            kernel = sp.compile(script, "cuda", schedule=fn, specialize={"feat": width})
             out = cuda.device_array((m, width), dtype=np.float32)
             args = {**common, "b": cuda.to_device(operands["B"]), "c": out}
         else:
-            kernel = sp.compile(
-                sp.ops.sddmm_script("int32", "float32"),
-                "cuda",
-                schedule=sddmm_schedules.DEFAULT["cuda"],
-                specialize={"feat": width},
-            )
+            script = sp.ops.sddmm_script("int32", "float32")
+            kernel = sp.compile(script, "cuda", schedule=fn, specialize={"feat": width})
             out = cuda.device_array(A.nnz, dtype=np.float32)
             args = {**common, "x": cuda.to_device(operands["X"]), "y": cuda.to_device(operands["Y"]), "c": out}
+        if "feat" in kernel.parameters:
+            args["feat"] = width
         kernel(**args)  # checks the structure once
         return Prepared(
             lambda: kernel(**args, check_structure=False) or out,
@@ -171,7 +171,7 @@ class Scipy(Library):
     def version(self) -> str:
         return scipy.__version__
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         if op == "spmm":
             B = operands["B"]
             return Prepared(lambda: A @ B, np.asarray)
@@ -200,7 +200,7 @@ class MKL(Library):
 
         return f"sparse_dot_mkl {_dist_version('sparse_dot_mkl')}, {sparse_dot_mkl.mkl_get_version_string().strip()}"
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         from sparse_dot_mkl import dot_product_mkl
 
         B = operands["B"]
@@ -218,7 +218,7 @@ class Torch(Library):
 
         return torch.__version__
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         import torch
 
         warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
@@ -252,7 +252,7 @@ class GraphBLAS(Library):
 
         return f"python-graphblas {gb.__version__}, SuiteSparse:GraphBLAS {_dist_version('suitesparse-graphblas')}"
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         import graphblas as gb
 
         Ag = gb.io.from_scipy_sparse(A)
@@ -281,7 +281,7 @@ class Cupy(Library):
 
         return f"cupy {cupy.__version__}"
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         import cupy as cp
         import cupyx.scipy.sparse
 

@@ -143,6 +143,8 @@ def markdown(report: dict) -> str:
         )
     for name, lib in report["libraries"].items():
         note = LIBRARIES[name].notes.get(op, "")
+        if LIBRARIES[name].ours:
+            note += f"; schedule: {config.get('schedule') or 'default'}"
         lines.append(f"- `{name}`: {lib.get('version', '')} — {note}")
     for name, note in report["notes"].items():
         lines.append(f"- `{name}`: {note}")

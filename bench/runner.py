@@ -41,6 +41,7 @@ class Config:
     min_repeat: int = 3
     budget: float = 1.0  # seconds of timed calls per measurement, after the warm-up
     rounds: int = 1  # sweeps over every group; the fastest round's median is kept
+    schedule: str | None = None  # a shipped schedule of ours, by name (schedules.<op>.SCHEDULES)
     threads: int = 2
     seed: int = 0
     rtol: float = RTOL
@@ -208,6 +209,7 @@ def _group(config: Config, name: str, spec: dict, record: dict) -> Iterator[dict
         "threads": config.threads,
         "seed": config.seed,
         "rtol": config.rtol,
+        "schedule": config.schedule,
     }
     env = worker_env(config.threads, lib.env(), config.keep_openblas_env, config.omp_wait_policy)
     seen = set()

@@ -102,7 +102,7 @@ def run_group(job: dict, emit: Emit) -> None:
             else:
                 operands = {"X": dense_operand(m, width, seed, 1), "Y": dense_operand(n, width, seed, 2)}
                 ref = sddmm_reference(A, operands["X"], operands["Y"])
-            prepared = lib.prepare(op, A, operands)
+            prepared = lib.prepare(op, A, operands, schedule=job.get("schedule") if lib.ours else None)
             t0 = time.perf_counter()
             raw = prepared.fn()  # the first call compiles (ours) or initialises (baselines)
             if prepared.sync:

@@ -47,7 +47,7 @@ def test_scipy_group_is_checked_and_timed(op):
 class Broken(Library):
     """Adds 1 to one entry of scipy's result, or raises at a given width."""
 
-    def prepare(self, op, A, operands):
+    def prepare(self, op, A, operands, schedule=None):
         if operands["B"].shape[1] == 8:
             raise RuntimeError("no kernel for width 8")
         B = operands["B"]
@@ -127,3 +127,13 @@ def test_mkl_needs_the_runtime_library(monkeypatch):
 def test_config_defaults_match_the_issue():
     c = Config(op="spmm", graphs=["cora"], widths=[32], baselines=["scipy"])
     assert c.threads == 2 and c.targets == ("cpu",) and c.omp_wait_policy == "passive"
+
+
+@pytest.mark.parametrize(("schedule", "status"), [("csr_cpu_rows_tiled", "ok"), ("no_such_schedule", "error")])
+def test_ours_runs_a_shipped_schedule_by_name(schedule, status):
+    env = worker_env(1, {}, keep_openblas_env=True)
+    events = list(run_worker(job(library="sparsetir", widths=(8,), schedule=schedule), env, timeout=600))
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert result["status"] == status, result
+    if status == "error":
+        assert "unknown spmm schedule 'no_such_schedule'" in result["message"]
