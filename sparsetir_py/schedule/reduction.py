@@ -262,7 +262,8 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
     block with `n` spatial iterators; no other block accessing `C` in the block's loop nest.
 
     What it builds (TVM's rfactor):
-    - the buffer `C_rf`, allocated in the block's parent block (scope `global`; see `set_scope`),
+    - the buffer `C_rf` (scope `global`; see `set_scope`), allocated in the block's parent block,
+      or at the function level (scratch the runtime allocates per call) for a block at the root,
       indexed by the block's spatial iterators with the `loop` dimension inserted at
       `factor_axis`. (TVM indexes it like `C`; the spatial iterators are the same thing for a
       dense `C` written at its iterators, and also work for a sparse `C`, whose positions a

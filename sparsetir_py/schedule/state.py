@@ -225,7 +225,11 @@ def substitute_buffers(node: Node, mapping: dict) -> Node:
 
 
 def allocate_in_scope(func: PrimFunc, scope: Block | None, buf: FlatBuffer) -> PrimFunc:
-    """Allocate `buf` in the block `scope` (`T.alloc_buffer`), or around the body at the root."""
+    """Allocate `buf` in the block `scope` (`T.alloc_buffer`). At the function root a global
+    buffer becomes a function-level scratch buffer (the runtime allocates it per call, as for
+    TVM's root block); a shared or local one a `T.allocate` around the body."""
+    if scope is None and buf.scope == "global":
+        return func.replace(buffers=(*func.buffers, buf))
     if scope is None:
         return func.replace(body=Allocate(buf, func.body))
     current = find_block(func, scope.name, "allocate")

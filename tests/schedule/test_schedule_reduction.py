@@ -404,11 +404,13 @@ def test_rfactor_fused_sddmm():
     _, ko, _ = sch.get_loops(rf)
     sch.decompose_reduction(rf, ko)
     text = sch.mod["main"].script()
-    assert 'C_rf = T.allocate((nnz, 4), "float32", "global")' in text
+    assert 'C_rf = T.alloc_buffer((nnz, 4), "float32")' in text  # function-level scratch
     assert "C_rf[vi_j, vk_inner] = C_rf[vi_j, vk_inner] + " in text
     sch.parallel(ij)
     check(sch, fused)
-    run_sddmm(sch.mod, random_csr())
+    kernel = build(sch.mod)
+    run_sddmm(sch.mod, random_csr(), kernel=kernel)
+    run_sddmm(sch.mod, cora(), feat=5, kernel=kernel, interpret=False)
 
 
 @T.prim_func
