@@ -145,6 +145,8 @@ def markdown(report: dict) -> str:
         note = LIBRARIES[name].notes.get(op, "")
         if LIBRARIES[name].ours:
             note += f"; schedule: {config.get('schedule') or 'default'}"
+        if len(lib.get("versions", [])) > 1:
+            note += f" — **Warning: the version changed during the run** ({', '.join(lib['versions'])})"
         lines.append(f"- `{name}`: {lib.get('version', '')} — {note}")
     for name, note in report["notes"].items():
         lines.append(f"- `{name}`: {note}")

@@ -215,8 +215,11 @@ def _group(config: Config, name: str, spec: dict, record: dict) -> Iterator[dict
     seen = set()
     for event in run_worker(job, env, config.worker_timeout):
         if event["event"] == "env":
-            record["libraries"][name].setdefault("version", event["version"])
-            record["libraries"][name].setdefault("environment", event["environment"])
+            entry = record["libraries"][name]
+            entry.setdefault("version", event["version"])
+            entry.setdefault("environment", event["environment"])
+            if event["version"] not in entry.setdefault("versions", [event["version"]]):
+                entry["versions"].append(event["version"])  # the code changed under a running benchmark
         elif event["event"] == "result":
             seen.add(event["width"])
             yield event

@@ -156,3 +156,10 @@ def test_a_busy_machine_is_flagged():
     busy = finish("spmm", dict(rec), dict(CONFIG), "x")
     busy["machine"]["cores"] = 2
     assert "**Warning: the machine was busy** (load average up to 5.5 on 2 cores)" in markdown(busy)
+
+
+def test_a_version_change_during_the_run_is_flagged():
+    rec = record([result("sparsetir", "g1", 32, 1.0)])
+    rec["libraries"]["sparsetir"]["versions"] = ["abc", "def-dirty"]
+    text = markdown(finish("spmm", rec, dict(CONFIG), "x"))
+    assert "**Warning: the version changed during the run** (abc, def-dirty)" in text
