@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,30 +74,48 @@ def worker_env(
     return env
 
 
-def run_worker(job: dict, env: dict[str, str], timeout: float) -> Iterator[dict]:
-    """Start a worker with `job`, yield its events as they come, then a final `exit` event."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=str(PACKAGE_ROOT),
-    )
-    assert proc.stdin and proc.stdout and proc.stderr
-    proc.stdin.write(json.dumps(job))
-    proc.stdin.close()
-    try:
-        for line in proc.stdout:
-            if line.startswith(MARK):
-                yield json.loads(line[len(MARK) :])
-        stderr = proc.stderr.read()
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stderr, code = "worker timed out", -1
-    yield {"event": "exit", "code": code, "stderr_tail": stderr[-3000:]}
+def run_worker(job: dict, env: dict[str, str], timeout: float, command: Sequence[str] | None = None) -> Iterator[dict]:
+    """Start a worker with `job`, yield its events as they come, then a final `exit` event.
+
+    The worker's stderr goes to a temporary file (a pipe could fill up and block it); a worker
+    still running after `timeout` seconds is killed. `command` replaces `python -m bench.worker`.
+    """
+    with tempfile.TemporaryFile(mode="w+") as stderr:
+        proc = subprocess.Popen(
+            list(command or [sys.executable, "-m", "bench.worker"]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=str(PACKAGE_ROOT),
+        )
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            assert proc.stdin and proc.stdout
+            proc.stdin.write(json.dumps(job))
+            proc.stdin.close()
+            for line in proc.stdout:
+                if line.startswith(MARK):
+                    yield json.loads(line[len(MARK) :])
+            code = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:  # the consumer stopped early
+                proc.kill()
+                proc.wait()
+        stderr.seek(0)
+        tail = stderr.read()[-3000:]
+    if timed_out.is_set():
+        tail += f"\n(worker killed after {timeout:g} s)"
+    yield {"event": "exit", "code": code, "stderr_tail": tail}
 
 
 @dataclass

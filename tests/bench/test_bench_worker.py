@@ -1,12 +1,15 @@
 """Worker groups in-process (with stand-in libraries) and the worker protocol across processes."""
 
+import sys
+import time
+
 import numpy as np
 import pytest
 
 from bench import libraries
 from bench.libraries import LIBRARIES, Library, Prepared, StructureMismatch, same_structure
 from bench.runner import Config, run_worker, worker_env
-from bench.worker import run_group
+from bench.worker import MARK, run_group
 
 
 def job(op="spmm", library="scipy", graph="karate", widths=(4, 8), **extra):
@@ -137,3 +140,22 @@ def test_ours_runs_a_shipped_schedule_by_name(schedule, status):
     assert result["status"] == status, result
     if status == "error":
         assert "unknown spmm schedule 'no_such_schedule'" in result["message"]
+
+
+def test_a_hung_worker_is_killed_after_the_timeout():
+    env = worker_env(1, {}, keep_openblas_env=True)
+    t0 = time.perf_counter()
+    events = list(run_worker(job(), env, timeout=1.0, command=[sys.executable, "-c", "import time; time.sleep(60)"]))
+    assert time.perf_counter() - t0 < 30
+    assert events[-1]["event"] == "exit" and events[-1]["code"] != 0
+    assert "worker killed after 1 s" in events[-1]["stderr_tail"]
+
+
+def test_a_noisy_worker_does_not_block():
+    """Far more stderr than a pipe holds (64 KiB) must not stall the worker; other stdout lines
+    are ignored."""
+    code = "import sys; sys.stderr.write('x' * 1_000_000); print('hello'); print(sys.argv[1])"
+    command = [sys.executable, "-c", code, MARK + '{"event": "env"}']
+    events = list(run_worker(job(), worker_env(1, {}, keep_openblas_env=True), timeout=60, command=command))
+    assert [e["event"] for e in events] == ["env", "exit"] and events[-1]["code"] == 0
+    assert events[-1]["stderr_tail"] == "x" * 3000
