@@ -70,7 +70,7 @@ def _sddmm_kernel(feat: int | None, idtype: str = "int32", dtype: str = "float32
     _, k_inner = sch.split(k, [None, 32])
     sch.tensorize(k_inner, "warp_sum_32", "cuda")
     kernel = sp.build(sp.lower_sparse_buffer(sch.mod), target="cuda")
-    assert "shfl_down_sync(4294967295, red_buf[0], 16)" in kernel.source
+    assert "shfl_down_sync(4294967295, red_buf, 16)" in kernel.source  # red_buf: a local register
     return kernel
 
 
