@@ -16,6 +16,13 @@ def csr_cpu_rows(sch: sp.Schedule) -> None:
     sch.parallel(i)
 
 
+def csr_cpu_rows_balanced(sch: sp.Schedule, chunk: int = 64) -> None:
+    """Rows in parallel, handed out dynamically in chunks of `chunk` rows (power-law balance)."""
+    (i,) = sch.get_loops(sch.get_block("sddmm0"))
+    sch.parallel(i)
+    sch.annotate(i, "chunk_size", chunk)
+
+
 def csr_cpu_rows_dot8(sch: sp.Schedule) -> None:
     """Rows in parallel; the dot product split by 8 and tensorized into an unrolled 8-wide dot."""
     (i,) = sch.get_loops(sch.get_block("sddmm0"))
@@ -57,6 +64,7 @@ csr_cuda_fused_warp.stage1 = _fuse_rows_and_nonzeros
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
 SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
+    "csr_cpu_rows_balanced": csr_cpu_rows_balanced,
     "csr_cpu_rows_dot8": csr_cpu_rows_dot8,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_fused_warp": csr_cuda_fused_warp,

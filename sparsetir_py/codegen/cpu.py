@@ -54,6 +54,21 @@ def _is_thread_loop(loop: For) -> bool:
 class CPURenderer(Renderer):
     """Stage III -> a Numba CPU kernel (`@numba.njit(parallel=True)` with `numba.prange`)."""
 
+    def stmt_for(self, s: For) -> None:
+        """A parallel loop annotated `chunk_size` hands out its iterations in chunks of that size
+        (Numba's `set_parallel_chunksize`): threads that finish early take more chunks, which
+        balances rows of very different lengths (power-law graphs)."""
+        chunk = s.annotations.get("chunk_size") if s.kind == "parallel" else None
+        if chunk is None:
+            super().stmt_for(s)
+            return
+        if not isinstance(chunk, int) or chunk <= 0:
+            raise CodegenError(f"in `build`: chunk_size of loop `{s.loop_var.name}` must be a positive int")
+        saved = f"chunk_{self.names.get(s.loop_var, s.loop_var.name)}"
+        self.line(f"{saved} = numba.set_parallel_chunksize({chunk})")
+        super().stmt_for(s)
+        self.line(f"numba.set_parallel_chunksize({saved})")
+
     def offset(self, e) -> str:
         """Flat offsets are indexed as unsigned integers.
 
@@ -104,8 +119,13 @@ class CPURenderer(Renderer):
             fastmath = "{" + ", ".join(f'"{flag}"' for flag in fastmath) + "}" if fastmath else "False"
         return (
             f"@numba.njit(parallel={self.options['parallel'] and self.has_prange}, fastmath={fastmath}, "
-            f'error_model="numpy", boundscheck={self.options["boundscheck"]}, cache=True)'
+            f'error_model="numpy", boundscheck={self.options["boundscheck"]}, cache={not self.uses_chunks})'
         )
+
+    @property
+    def uses_chunks(self) -> bool:
+        """`set_parallel_chunksize` is a dynamic global for Numba: such kernels cannot be cached."""
+        return any(isinstance(n, For) and "chunk_size" in n.annotations for n in walk(self.func.body))
 
     def thread_loop(self, s: For) -> None:
         var = self.names.get(s.loop_var, s.loop_var.name)
