@@ -58,7 +58,12 @@ class Layout:
 
     def is_row_major(self) -> bool:
         rank = len(self.minor_to_major)
-        return self == Layout.row_major(rank)
+        # Compared field by field: this runs on every kernel call (argument checks).
+        return (
+            self.minor_to_major == tuple(range(rank - 1, -1, -1))
+            and not self.tiles
+            and self.tail_padding_alignment == 1
+        )
 
     @property
     def rank(self) -> int:

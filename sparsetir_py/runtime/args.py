@@ -8,6 +8,8 @@ The O(nnz) structure checks can be turned off with `check_structure=False`.
 
 from __future__ import annotations
 
+import functools
+import math
 import numbers
 from dataclasses import dataclass, field
 
@@ -92,12 +94,18 @@ def _bind_values(func: PrimFunc, args: tuple, kwargs: dict) -> dict[str, object]
     return values
 
 
+@functools.cache
+def _int_bounds(dtype: str) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
 def _check_scalar(p: Var, value: object) -> int | float:
     if dt.is_int(p.dtype):
         if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
             raise InputError(f"argument `{p.name}` must be an integer ({p.dtype}), got {type(value).__name__}")
-        info = np.iinfo(p.dtype)
-        if not info.min <= int(value) <= info.max:
+        lo, hi = _int_bounds(p.dtype)
+        if not lo <= int(value) <= hi:
             raise InputError(f"argument `{p.name}` = {int(value)} does not fit in {p.dtype}")
         return int(value)
     if dt.is_float(p.dtype):
@@ -131,7 +139,7 @@ def _structure_array(name: str, value: object, idtype: str, length: int, role: s
 def _check_axis(ad: AxisData, values: dict, parent: AxisData | None, check_structure: bool) -> None:
     a = ad.axis
     n_parent = parent.n_pos if parent is not None else 1
-    limit = np.iinfo(a.idtype).max
+    limit = _int_bounds(a.idtype)[1]
     if ad.n_pos > limit:
         raise InputError(f"axis `{a.name}` stores {ad.n_pos} positions, more than {a.idtype} can index")
     if a.indptr is not None:
@@ -215,7 +223,7 @@ def _buffer_view(name: str, value: object, dtype: str, shape: tuple[int, ...], o
     arr = _array(name, value)
     if arr.dtype != np.dtype(dtype):
         raise InputError(f"argument `{name}` must have dtype {dtype}, got {arr.dtype}")
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(shape)
     if arr.shape != shape and arr.shape != (size,):
         raise InputError(f"argument `{name}` must have shape {shape} (or ({size},)), got {arr.shape}")
     contiguous = arr.flags.f_contiguous if order == "F" and arr.ndim > 1 else arr.flags.c_contiguous
@@ -262,7 +270,7 @@ def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None,
             shape = tuple(eval_int(s, bound.scalars, f"shape of `{buf.name}`") for s in buf.shape)
             order = "C" if buf.layout.is_row_major() else "F"
         if buf.data is None:
-            bound.buffers[buf] = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=buf.dtype)
+            bound.buffers[buf] = np.zeros(math.prod(shape), dtype=buf.dtype)
             continue
         view = _buffer_view(buf.data.name, values[buf.data.name], buf.dtype, shape, order)
         if buf in written and not view.flags.writeable:
