@@ -202,21 +202,17 @@ def _check_rows(ad: AxisData, ix: np.ndarray, name: str) -> None:
         raise InputError(f"argument `{name}` (indices of axis `{a.name}`) repeats a coordinate within a row")
 
 
-def storage_shape(buf: SparseBuffer, axes: dict[Axis, AxisData]) -> tuple[int, ...]:
-    """(nnz of the last sparse/variable axis, *trailing dense extents), or the dense shape."""
-    last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
-    if last is None:
-        return tuple(axes[a].length for a in buf.axes)
-    size = 1
-    for a in buf.axes[: last + 1]:
-        ad = axes[a]
-        if a.kind == DENSE_FIXED:
-            size *= ad.length
-        elif a.kind == SPARSE_FIXED:
-            size *= ad.nnz_cols
-        else:
-            size = ad.n_pos
-    return (size, *(axes[a].length for a in buf.axes[last + 1 :]))
+_STORAGE: dict[int, tuple[SparseBuffer, tuple]] = {}
+
+
+def storage_shape(buf: SparseBuffer, scalars: dict[Var, int | float]) -> tuple[int, ...]:
+    """The argument shape of a sparse buffer: `lower_sparse_buffer.storage_shape` evaluated."""
+    from ..transform.lower_sparse_buffer import storage_shape as storage_exprs
+
+    entry = _STORAGE.get(id(buf))
+    if entry is None or entry[0] is not buf:
+        entry = _STORAGE[id(buf)] = (buf, storage_exprs(buf))
+    return tuple(eval_int(e, scalars, f"storage of `{buf.name}`") for e in entry[1])
 
 
 def _buffer_view(name: str, value: object, dtype: str, shape: tuple[int, ...], order: str) -> np.ndarray:
@@ -264,7 +260,7 @@ def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None,
     written = written_buffers(func)
     for buf in func.buffers:
         if isinstance(buf, SparseBuffer):
-            shape = storage_shape(buf, bound.axes)
+            shape = storage_shape(buf, bound.scalars)
             order = "C"
         else:
             shape = tuple(eval_int(s, bound.scalars, f"shape of `{buf.name}`") for s in buf.shape)

@@ -54,7 +54,7 @@ class _Hoister:
         self.read_only = {b for b in func.buffers if b.data is not None and b not in written}
         self.count = 0
 
-    def fresh(self, buf) -> Var:
+    def fresh(self, buf) -> str:
         self.count += 1
         return f"{buf.name}_{self.count - 1}"
 

@@ -184,14 +184,15 @@ class Lowering:
         _, gpos = self.parent_info(ia)
         return self.row_extent(a, gpos)
 
-    def bind_iterator(self, var: Var, ia: IterAxis, local: PrimExpr) -> None:
-        """Record where Stage I iterator `var` (over `ia`) is, given its local position."""
+    def bind_iterator(self, var: Var, ia: IterAxis, local: PrimExpr, gpos: PrimExpr | None = None) -> None:
+        """Record where Stage I iterator `var` (over `ia`) is, given its local position (and its
+        level position when the caller already has it, as a fused loop does)."""
         a = base_axis(ia)
         if a.kind == DENSE_FIXED:
             info = IterInfo(a, (local,), local, local)
         else:
             chain, pgpos = self.parent_info(ia)
-            gpos = mk.add(self.row_start(a, pgpos), local)
+            gpos = gpos if gpos is not None else mk.add(self.row_start(a, pgpos), local)
             chain = (*chain, local)
             coord = BufferLoad(self.indices[a], chain) if a.is_sparse else local
             info = IterInfo(a, chain, gpos, coord)
@@ -299,8 +300,7 @@ class Lowering:
                 local = mk.cast(a.idtype, gpos[0])
             else:
                 local = mk.sub(gpos[level], self.row_start(a, gpos[level - 1]))
-            self.bind_iterator(it.iter_vars[k], it.axes[k], local)
-            self.iters[it.iter_vars[k]].gpos = gpos[level]
+            self.bind_iterator(it.iter_vars[k], it.axes[k], local, gpos[level])
 
     def fuse_search(self, it: SparseIteration, u: Unit) -> Stmt:
         """A preprocessing loop: for every leaf position, the position of each fused ancestor."""
