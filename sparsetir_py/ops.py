@@ -28,6 +28,11 @@ from .runtime.kernel import Kernel
 _KERNELS: dict[tuple, Kernel] = {}
 _CHECKED: dict[tuple, tuple] = {}
 
+# Below this many multiply-adds (nnz x feature width) a CPU call runs on one thread: waking
+# Numba's pool costs about 70 us (OpenMP, passive wait), more than such a call computes (cora,
+# width 32: 97 us on one thread, 169 us on two), as torch's grain size does.
+PARALLEL_GRAIN = 1 << 21
+
 
 def spmm_script(idtype: str = "int32", dtype: str = "float32") -> PrimFunc:
     """C = A @ B with A in CSR (the script of DESIGN.md §3)."""
@@ -153,9 +158,10 @@ def _resolve_schedule(op: str, target: str, schedule) -> Callable:
     return schedule
 
 
-def _run(kernel: Kernel, csr, **arrays) -> None:
+def _run(kernel: Kernel, csr, width: int, **arrays) -> None:
     checked = _structure_checked(csr)
-    kernel(**arrays, check_structure=not checked)
+    small = kernel.target == "cpu" and csr.nnz * width < PARALLEL_GRAIN
+    kernel(**arrays, check_structure=not checked, **({"threads": 1} if small else {}))
     if not checked:
         _remember_structure(csr)
 
@@ -175,7 +181,7 @@ def spmm(A, B, format: str = "csr", target: str = "cpu", schedule: Callable | st
     C = np.empty((m, feat), dtype=dtype)
     data = np.ascontiguousarray(csr.data, dtype=dtype)
     sizes = {"feat": feat} if "feat" in kernel.parameters else {}
-    _run(kernel, csr, a=data, b=B, c=C, indptr=csr.indptr, indices=csr.indices, m=m, n=n, nnz=csr.nnz, **sizes)
+    _run(kernel, csr, feat, a=data, b=B, c=C, indptr=csr.indptr, indices=csr.indices, m=m, n=n, nnz=csr.nnz, **sizes)
     return C
 
 
@@ -194,5 +200,22 @@ def sddmm(A, X, Y, target: str = "cpu", schedule: Callable | str | None = None) 
     out = np.empty(csr.nnz, dtype=dtype)
     data = np.ascontiguousarray(csr.data, dtype=dtype)
     sizes = {"feat": feat} if "feat" in kernel.parameters else {}
-    _run(kernel, csr, a=data, x=X, y=Y, c=out, indptr=csr.indptr, indices=csr.indices, m=m, n=n, nnz=csr.nnz, **sizes)
+    _run(
+        kernel,
+        csr,
+        feat,
+        a=data,
+        x=X,
+        y=Y,
+        c=out,
+        indptr=csr.indptr,
+        indices=csr.indices,
+        m=m,
+        n=n,
+        nnz=csr.nnz,
+        **sizes,
+    )
+    with_data = getattr(csr, "_with_data", None)  # skips the constructor's structure check (~20 us)
+    if with_data is not None:
+        return with_data(out, copy=False)
     return scipy.sparse.csr_matrix((out, csr.indices, csr.indptr), shape=csr.shape, copy=False)

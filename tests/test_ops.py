@@ -89,3 +89,47 @@ def test_malformed_csr_is_an_input_error():
     A.indices[3] = 99
     with pytest.raises(sp.InputError, match="indices"):
         ops.spmm(A, np.ones((34, 2), np.float32))
+
+
+@pytest.mark.parametrize("grain", [0, 1 << 40], ids=["parallel", "one-thread"])
+def test_small_calls_run_on_one_thread_with_the_same_result(grain, monkeypatch):
+    """Below `PARALLEL_GRAIN` multiply-adds a CPU call asks the kernel for one thread; both paths
+    give scipy's result, and Numba's thread count is restored afterwards."""
+    import numba
+
+    monkeypatch.setattr(ops, "PARALLEL_GRAIN", grain)
+    seen = []
+    original = sp.runtime.kernel.CPUKernel.__call__
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("threads"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(sp.runtime.kernel.CPUKernel, "__call__", spy)
+    A = load_matrix("cora")
+    rng = np.random.default_rng(3)
+    B = rng.standard_normal((A.shape[1], 8)).astype(np.float32)
+    X = rng.standard_normal((A.shape[0], 8)).astype(np.float32)
+    before = numba.get_num_threads()
+    np.testing.assert_allclose(ops.spmm(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ops.sddmm(A, X, B).data, sddmm_reference(A, X, B), rtol=1e-4, atol=1e-4)
+    assert numba.get_num_threads() == before
+    assert seen == ([None, None] if grain == 0 else [1, 1])
+
+
+def test_kernel_threads_argument():
+    """`threads=` caps the threads of one call; anything but a positive integer is an InputError."""
+    import numba
+
+    kernel = ops._kernel("spmm", "cpu", "int32", "float32", 4, None)
+    A = load_matrix("karate").astype(np.float32)
+    B = np.ones((A.shape[1], 4), np.float32)
+    C = np.empty((A.shape[0], 4), np.float32)
+    args = dict(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=34, n=34, nnz=A.nnz, feat=4)
+    before = numba.get_num_threads()
+    kernel(**args, threads=1)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5)
+    assert numba.get_num_threads() == before
+    for bad in (0, -2, True, 1.5):
+        with pytest.raises(sp.InputError, match="`threads` must be a positive integer"):
+            kernel(**args, threads=bad)

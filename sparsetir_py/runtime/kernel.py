@@ -67,13 +67,29 @@ class Kernel:
 class CPUKernel(Kernel):
     """A `@numba.njit(parallel=True)` kernel on numpy arrays."""
 
-    def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
-        """Check the arguments, then run the kernel; outputs are written into the arrays passed."""
+    def __call__(self, *args: Any, check_structure: bool = True, threads: int | None = None, **kwargs: Any) -> None:
+        """Check the arguments, then run the kernel; outputs are written into the arrays passed.
+
+        `threads` caps the Numba threads of this call (None: Numba's current setting). One
+        thread skips waking the pool, which costs more than a small problem's whole run (about
+        70 us per call with `OMP_WAIT_POLICY=passive`)."""
         bound = bind_arguments(self.func, args, kwargs, check_structure=check_structure)
         values = [
             bound.buffers[kp.obj] if kp.kind == "buffer" else self._scalar(kp, bound) for kp in self.kernel_params
         ]
-        self._fn(*values)
+        if threads is None:
+            self._fn(*values)
+            return
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise InputError(f"`threads` must be a positive integer, got {threads!r}")
+        import numba
+
+        current = numba.get_num_threads()
+        numba.set_num_threads(min(threads, current))
+        try:
+            self._fn(*values)
+        finally:
+            numba.set_num_threads(current)
 
 
 class CUDAKernel(Kernel):
