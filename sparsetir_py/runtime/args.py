@@ -229,6 +229,11 @@ def _buffer_view(name: str, value: object, dtype: str, shape: tuple[int, ...], o
     return arr.reshape(-1, order=order if arr.ndim > 1 else "C")
 
 
+def storage_order(buf) -> str:
+    """How an argument array of `buf` is flattened: "C", or "F" for a column-major layout."""
+    return "C" if isinstance(buf, SparseBuffer) or buf.layout.is_row_major() else "F"
+
+
 def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None, *, check_structure: bool = True):
     """Bind `args`/`kwargs` to `func`'s parameters and check them; raises `InputError`."""
     values = _bind_values(func, tuple(args), dict(kwargs or {}))
@@ -261,10 +266,9 @@ def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None,
     for buf in func.buffers:
         if isinstance(buf, SparseBuffer):
             shape = storage_shape(buf, bound.scalars)
-            order = "C"
         else:
             shape = tuple(eval_int(s, bound.scalars, f"shape of `{buf.name}`") for s in buf.shape)
-            order = "C" if buf.layout.is_row_major() else "F"
+        order = storage_order(buf)
         if buf.data is None:
             bound.buffers[buf] = np.zeros(math.prod(shape), dtype=buf.dtype)
             continue

@@ -15,6 +15,7 @@ compiles the kernel to PTX without a GPU.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..ir.axis import Axis
 from ..ir.buffer import FlatBuffer
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
-from .args import BoundArguments, _bind_values, bind_arguments, eval_int, written_buffers
+from .args import BoundArguments, _bind_values, bind_arguments, eval_int, storage_order, written_buffers
 
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -43,6 +44,7 @@ class Kernel:
         self.kernel_params: tuple[KernelParam, ...] = ks.params
         self._ks = ks
         self._fn = fn  # the Numba dispatcher
+        self._plans: dict[tuple, list] = {}  # argument signature -> binding plan (CPU)
 
     @property
     def name(self) -> str:
@@ -73,10 +75,7 @@ class CPUKernel(Kernel):
         `threads` caps the Numba threads of this call (None: Numba's current setting). One
         thread skips waking the pool, which costs more than a small problem's whole run (about
         70 us per call with `OMP_WAIT_POLICY=passive`)."""
-        bound = bind_arguments(self.func, args, kwargs, check_structure=check_structure)
-        values = [
-            bound.buffers[kp.obj] if kp.kind == "buffer" else self._scalar(kp, bound) for kp in self.kernel_params
-        ]
+        values = self._values(args, kwargs, check_structure)
         if threads is None:
             self._fn(*values)
             return
@@ -90,6 +89,60 @@ class CPUKernel(Kernel):
             self._fn(*values)
         finally:
             numba.set_num_threads(current)
+
+    def _values(self, args: tuple, kwargs: dict, check_structure: bool) -> list:
+        """The generated function's arguments. Without the structure check, a call whose arrays
+        have the dtypes, shapes, contiguity and writability, and whose scalars the values, of a
+        call already checked passes the same checks: it reuses that call's plan (which argument
+        goes where, flattened how) instead of binding again (20 us -> 4 us for SDDMM)."""
+        key = None if args or check_structure else _signature(kwargs)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            bound = bind_arguments(self.func, args, kwargs, check_structure=check_structure)
+            if key is None:
+                return [
+                    bound.buffers[kp.obj] if kp.kind == "buffer" else self._scalar(kp, bound)
+                    for kp in self.kernel_params
+                ]
+            plan = self._plan(bound)
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        return [step(kwargs) for step in plan]
+
+    def _plan(self, bound: BoundArguments) -> list[Callable[[dict], Any]]:
+        plan: list[Callable[[dict], Any]] = []
+        for kp in self.kernel_params:
+            if kp.kind == "scalar":
+                value = self._scalar(kp, bound)
+                plan.append(lambda kwargs, value=value: value)
+                continue
+            buf, view = kp.obj, bound.buffers[kp.obj]
+            if buf.data is None:  # scratch: a fresh zeroed array per call
+                plan.append(lambda kwargs, n=view.size, dtype=view.dtype: np.zeros(n, dtype))
+                continue
+            name = buf.data.name
+            order = storage_order(buf) if bound.values[name].ndim > 1 else "C"
+            plan.append(lambda kwargs, name=name, order=order: kwargs[name].reshape(-1, order=order))
+        return plan
+
+
+_MAX_PLANS = 32
+
+
+def _signature(kwargs: dict) -> tuple | None:
+    """What the argument checks of a call depend on, or None when a value is not a numpy array,
+    a Python or numpy number."""
+    key = []
+    for name, v in kwargs.items():
+        if type(v) is np.ndarray and v.ndim:
+            flags = v.flags
+            key.append((name, v.dtype, v.shape, flags.c_contiguous, flags.f_contiguous, flags.writeable))
+        elif type(v) in (int, float, bool) or isinstance(v, np.generic):
+            key.append((name, type(v), v))
+        else:
+            return None
+    return tuple(key)
 
 
 class CUDAKernel(Kernel):
@@ -262,5 +315,4 @@ def _flat_device_view(cuda: Any, value: Any, size: int, buf: FlatBuffer) -> Any:
     dev = value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
     if len(dev.shape) == 1:
         return dev
-    order = "C" if buf.layout.is_row_major() else "F"
-    return dev.reshape(size, order=order)
+    return dev.reshape(size, order=storage_order(buf))
