@@ -48,9 +48,12 @@ Rules, in the order they are checked:
 - `SparseIterationError` (`check_iteration_axes`): one S/R letter and one axis per iterator; an
   iterated axis's `iteration_parent` is iterated earlier in the same iteration or by an enclosing
   one; no axis is iterated twice (here or by an enclosing iteration); a fused group appears whole,
-  consecutively, in member order, each member the child of the previous one, all of one kind; an
-  attached axis's own parent is a dense_fixed root; with an `init`, no S iterator depends through
-  parents on an R iterator; iterators are integer variables; iteration names are unique.
+  consecutively, in member order, each member the child of the previous one, its kinds spatial
+  members first, then reduction ones ("SS", "RR", "SR", "SRR"; not "RS": the fused group is one
+  loop, a reduction loop as soon as a member is one, and a spatial member below a reduction
+  member would be a spatial point that depends on a reduction iterator); an attached axis's own
+  parent is a dense_fixed root; with an `init`, no S iterator depends through parents on an R
+  iterator; iterators are integer variables; iteration names are unique.
 - `ReductionWriteError`: no store (`BufferStore`, `AtomicAdd`) in a sparse iteration's body or
   init, or directly in a block that has an init, is indexed by a reduction iterator of it.
 - `LoopExtentError`: constant extents (loops, block iterators, axis lengths, nnz, nnz_cols,
@@ -342,8 +345,9 @@ def check_iteration_axes(
     `bound_axes` are the axes iterated by enclosing sparse iterations. Checks: one "S"/"R" letter
     and one axis per iterator; each axis's `iteration_parent` is iterated before it (here or in
     `bound_axes`); no axis is iterated twice; fused groups appear whole, consecutively and in order,
-    each member the child of the previous, all of one kind; an attached axis's own parent is a
-    dense_fixed root; with `has_init`, no S iterator depends through parents on an R iterator.
+    each member the child of the previous, spatial members before reduction ones; an attached
+    axis's own parent is a dense_fixed root; with `has_init`, no S iterator depends through
+    parents on an R iterator.
     """
     where = f"sparse iteration `{name}`"
     if any(k not in "SR" for k in kinds):
@@ -415,9 +419,14 @@ def _check_fused(where: str, axes: tuple[IterAxis, ...], kinds: str, pos: int, f
                 func,
                 f"{where}: in fused group {_names(group)}, the parent of `{member.name}` must be `{prev.name}`",
             )
-    run_kinds = set(kinds[pos : pos + len(group)])
-    if len(run_kinds) > 1:
-        _fail(SparseIterationError, func, f"{where}: fused axes {_names(group)} mix kinds S and R")
+    run_kinds = kinds[pos : pos + len(group)]
+    if "RS" in run_kinds:
+        _fail(
+            SparseIterationError,
+            func,
+            f'{where}: fused axes {_names(group)} have kinds "{run_kinds}"; a fused group takes spatial members '
+            "then reduction members (a spatial member cannot follow a reduction one)",
+        )
 
 
 def _check_attached(where: str, ia: AttachedAxis, func: str | None) -> None:

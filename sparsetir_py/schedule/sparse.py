@@ -211,7 +211,12 @@ def sparse_fuse(func: PrimFunc, name: str, iters: Sequence[IterRef]) -> PrimFunc
     - none is already fused or attached;
     - the first iterates a root axis (dense_fixed) and each next axis is the child of the
       previous one (a chain parent, child, ...);
-    - all are spatial or all are reduction iterators.
+    - their kinds are spatial iterators first, then reduction ones ("SS", "RR" or "SR", not
+      "RS"). A group with a reduction member lowers to one reduction loop over the nonzeros
+      (TACO's nonzero split of SpMM fuses spatial `i` with reduction `j`): several of its points
+      update the same output, so the init runs first in a loop nest of its own over the whole
+      spatial domain, and parallel or thread-bound fused loops need atomic updates
+      (`annotate(block, "atomic")`).
 
     Parameters: `func`, the iteration's `name`, `iters`. Returns the new function.
 
@@ -227,6 +232,16 @@ def sparse_fuse(func: PrimFunc, name: str, iters: Sequence[IterRef]) -> PrimFunc
     >>> sch.sparse_fuse(it, [i, j])
     >>> print(next(line.strip() for line in sch.func.script().splitlines() if "T.sp_iter" in line))
     with T.sp_iter([T.fuse(I, J), K], "SSR", "sddmm") as [i, j, k]:
+
+    SpMM (`spmm_script()`, kinds "SRS") fuses its spatial row `i` with its reduction `j`:
+
+    >>> from sparsetir_py.ops import spmm_script
+    >>> sch = sp.Schedule(spmm_script())
+    >>> it = sch.get_sparse_iteration("csrmm")
+    >>> i, j, k = sch.get_sp_iters(it)
+    >>> sch.sparse_fuse(it, [i, j])
+    >>> print(next(line.strip() for line in sch.func.script().splitlines() if "T.sp_iter" in line))
+    with T.sp_iter([T.fuse(I, J), K], "SRS", "csrmm") as [i, j, k]:
     """
     it = find_sparse_iteration(func, name, "sparse_fuse")
     group_vars = _resolve(it, iters, "sparse_fuse")
@@ -261,11 +276,11 @@ def sparse_fuse(func: PrimFunc, name: str, iters: Sequence[IterRef]) -> PrimFunc
                 f"in `sparse_fuse`: expected each axis to be the child of the previous one, but `{child.name}` has "
                 f"{parent}, not `{prev.name}`"
             )
-    kinds = {it.kinds[p] for p in pos}
-    if len(kinds) > 1:
+    kinds = "".join(it.kinds[p] for p in pos)
+    if "RS" in kinds:
         raise ScheduleError(
-            f"in `sparse_fuse`: expected all spatial or all reduction iterators, but [{_var_names(group_vars)}] have "
-            f'kinds "{"".join(it.kinds[p] for p in pos)}"'
+            f"in `sparse_fuse`: expected spatial iterators first, then reduction ones, but [{_var_names(group_vars)}] "
+            f'have kinds "{kinds}"'
         )
     group = tuple(axes)
     new_axes = list(it.axes)

@@ -9,7 +9,11 @@ Four steps:
    so iteration `N` lowers to blocks `N0`, `N1`, ... from the outermost in; the body goes in the
    innermost block. The init of a reduction goes in the outermost block that holds a reduction
    iterator; just outside that block's loops, a guard runs the init over the spatial points when
-   the reduction domain is empty, so empty rows are still initialised.
+   the reduction domain is empty, so empty rows are still initialised. A fused group of spatial
+   then reduction iterators (`T.fuse(I, J)` of SpMM, kinds "SR") is one reduction loop whose
+   iterations update the same outputs: there the init runs first, in a loop nest of its own over
+   the whole spatial domain (blocks `N_init0`, ...; fused members as plain loops, so rows with no
+   stored point are initialised too), and the iteration's blocks have no init.
 3. Coordinate translation: a buffer access indexed by the iterator of the buffer's own axis (under
    the same parent) becomes that iterator's position; any other coordinate is looked up with a
    binary search over the sorted coordinates of its row, and a miss reads the default value.
@@ -49,7 +53,7 @@ from ..ir.stmt import (
     Stmt,
     seq,
 )
-from ..ir.visit import map_children
+from ..ir.visit import map_children, substitute
 from .region import annotate_regions
 
 
@@ -68,7 +72,7 @@ class Unit:
     """One generated loop: a single iterator, or a fused group walked by one loop."""
 
     members: list[int]  # iterator indices in the sparse iteration
-    kind: str  # "S" or "R"
+    kind: str  # "S" or "R" (a fused group with a reduction member is "R")
     variable: bool  # the extent depends on an enclosing iterator
 
 
@@ -106,7 +110,7 @@ class Lowering:
         self.iters: dict[Var, IterInfo] = {}
         self.axis_iter: dict[Axis, Var] = {}
         self.block_names: set[str] = set()
-        self.fused_scratch: dict[tuple[int, Axis], FlatBuffer] = {}
+        self.fused_scratch: dict[tuple[str, Axis], FlatBuffer] = {}  # (iteration name, member axis)
 
     # ---------------------------------------------------------------- step 1: auxiliary buffers
     def materialize(self) -> list:
@@ -207,14 +211,15 @@ class Lowering:
             ia = it.axes[k]
             if isinstance(ia, FusedAxis):
                 n = len(ia.group)
-                kinds = set(it.kinds[k : k + n])
-                if len(kinds) != 1:
+                kinds = it.kinds[k : k + n]
+                if "RS" in kinds:
                     raise LoweringError(
-                        f"sparse iteration `{it.name}`: T.fuse of spatial and reduction iterators cannot be lowered"
+                        f'sparse iteration `{it.name}`: a fused group of kinds "{kinds}" has a spatial member after '
+                        "a reduction one, which cannot be lowered"
                     )
                 if ia.group[0].kind != DENSE_FIXED:
                     raise LoweringError(f"sparse iteration `{it.name}`: a fused group must start at a root axis")
-                out.append(Unit(list(range(k, k + n)), it.kinds[k], False))
+                out.append(Unit(list(range(k, k + n)), "R" if "R" in kinds else "S", False))
                 k += n
                 continue
             a = base_axis(ia)
@@ -234,6 +239,10 @@ class Lowering:
 
     def lower_iteration(self, it: SparseIteration) -> Stmt:
         units = self.units(it)
+        init_nest = None
+        if it.init is not None and any(self.is_mixed(it, u) for u in units):
+            init_nest = self.init_nest(it)
+            it = it.replace(init=None)  # the nest above initialises; the blocks only accumulate
         groups = self.groups(units)
         first_r = next((g for g, grp in enumerate(groups) if any(u.kind == "R" for u in grp)), None)
         pre = [self.fuse_search(it, u) for u in units if len(u.members) > 1]
@@ -241,7 +250,24 @@ class Lowering:
         guard = self.empty_guard(it, groups, 0) if first_r == 0 else None
         body = self.lower_group(it, groups, 0, first_r)
         self.iters, self.axis_iter = saved
-        return seq(*pre, guard, body)
+        return seq(init_nest, *pre, guard, body)
+
+    @staticmethod
+    def is_mixed(it: SparseIteration, u: Unit) -> bool:
+        """A fused group of spatial and reduction iterators (one reduction loop over its points)."""
+        return len({it.kinds[k] for k in u.members}) > 1
+
+    def init_nest(self, it: SparseIteration) -> Stmt:
+        """The init of `it` over its whole spatial domain, as the lowering of a sparse iteration
+        `N_init` over the spatial iterators alone (fused members iterated as plain axes, so a row
+        with no stored point is initialised too)."""
+        spatial = [k for k, kind in enumerate(it.kinds) if kind == "S"]
+        axes = tuple(it.axes[k].axis if isinstance(it.axes[k], FusedAxis) else it.axes[k] for k in spatial)
+        # Fresh iterators named `i_init`, ...: the loops of the nest then read apart from the main ones.
+        renamed = {it.iter_vars[k]: Var(f"{it.iter_vars[k].name}_init", it.iter_vars[k].dtype) for k in spatial}
+        body = substitute(it.init, renamed)
+        nest = SparseIteration(f"{it.name}_init", axes, "S" * len(spatial), tuple(renamed.values()), body)
+        return self.lower_iteration(nest)
 
     def lower_group(self, it: SparseIteration, groups: list[list[Unit]], g: int, first_r: int | None) -> Stmt:
         """Loops of group `g`, its block, and inside it everything deeper."""
@@ -293,7 +319,7 @@ class Lowering:
         gpos: list[PrimExpr] = [None] * len(group)
         gpos[-1] = block_var
         for level in range(len(group) - 1, 0, -1):
-            gpos[level - 1] = BufferLoad(self.fused_scratch[(id(it), group[level])], (block_var,))
+            gpos[level - 1] = BufferLoad(self.fused_scratch[(it.name, group[level])], (block_var,))
         for level, k in enumerate(u.members):
             a = group[level]
             if level == 0:
@@ -315,7 +341,7 @@ class Lowering:
             a, parent = group[level], group[level - 1]
             scratch = FlatBuffer(self.fresh(f"{parent.name}_of_{a.name}"), (extent,), parent.idtype)
             self.scratch.append(scratch)
-            self.fused_scratch[(id(it), a)] = scratch
+            self.fused_scratch[(it.name, a)] = scratch
             if a.kind == SPARSE_FIXED:
                 row = BinOp("//", child_pos, mk.cast(child_pos.dtype, a.nnz_cols))
             else:

@@ -334,6 +334,16 @@ def test_verify_stage1_fused_attached_nested():
     verify(s.func(seq(fused, outer, attached)))
 
 
+def test_verify_stage1_fused_spatial_then_reduction():
+    """T.fuse(I, J) of SpMM, kinds "SR": a spatial prefix then reduction members is accepted
+    (the nonzero split: one reduction loop over the stored points), with and without an init."""
+    s = Csrmm1()
+    s.iter_axes = (FusedAxis((s.I, s.J), 0), FusedAxis((s.I, s.J), 1), s.K)
+    verify(s.func())
+    s.init = None
+    verify(s.func())
+
+
 def test_check_buffer_axes_accepts_fixed_axis_after_prefix():
     s = Csrmm1()
     J_ell, _ = ell_axes(s)
@@ -869,10 +879,11 @@ def _iter_fused_not_parent(s):
     return s.func(), r"in fused group \(`K`, `J`\), the parent of `J` must be `K`"
 
 
-def _iter_fused_mixed_kinds(s):
+def _iter_fused_reduction_then_spatial(s):
     s.iter_axes = (FusedAxis((s.I, s.J), 0), FusedAxis((s.I, s.J), 1), s.K)
-    s.kinds, s.init = "SRS", None
-    return s.func(), "mix kinds S and R"
+    s.kinds, s.init = "RSS", None
+    s.body = st(s.C, (s.j, s.k), ld(s.C, s.j, s.k) + ld(s.A, s.i, s.j))
+    return s.func(), r'fused axes \(`I`, `J`\) have kinds "RS"; a fused group takes spatial members then reduction'
 
 
 def _iter_attached_not_root(s):
@@ -914,7 +925,7 @@ def _iter_duplicate_name(s):
         _iter_fused_split,
         _iter_fused_reversed,
         _iter_fused_not_parent,
-        _iter_fused_mixed_kinds,
+        _iter_fused_reduction_then_spatial,
         _iter_attached_not_root,
         _iter_init_s_depends_on_r,
         _iter_duplicate_name,

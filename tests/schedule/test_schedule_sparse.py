@@ -315,6 +315,79 @@ def test_sparse_fuse_three_levels():
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@T.prim_func
+def csrmm_fused(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.handle,
+                m: T.int32, n: T.int32, feat: T.int32, nnz: T.int64):  # fmt: skip
+    I = T.dense_fixed(m)
+    J = T.sparse_variable(I, (n, nnz), (indptr, indices), "int32")
+    J_detach = T.dense_fixed(n)
+    K = T.dense_fixed(feat)
+    A = T.match_sparse_buffer(a, (I, J), "float32")
+    B = T.match_sparse_buffer(b, (J_detach, K), "float32")
+    C = T.match_sparse_buffer(c, (I, K), "float32")
+    with T.sp_iter([T.fuse(I, J), K], "SRS", "csrmm") as [i, j, k]:
+        with T.init():
+            C[i, k] = 0.0
+        C[i, k] = C[i, k] + A[i, j] * B[j, k]
+
+
+def _fused_csrmm_schedule():
+    sch = Schedule(spmm_script())
+    it = sch.get_sparse_iteration("csrmm")
+    i, j, _ = sch.get_sp_iters(it)
+    sch.sparse_fuse(it, [i, j])
+    return sch
+
+
+def test_sparse_fuse_spatial_with_reduction_csrmm():
+    """TACO's nonzero split of SpMM: spatial `i` fused with reduction `j`. Lowering gives one
+    reduction loop over the nonzeros (block `csrmm0`, no init) after an init nest over every
+    (row, feature) (block `csrmm_init0`), so empty rows are zero too."""
+    sch = _fused_csrmm_schedule()
+    sp.assert_structural_equal(sch.mod["main"], csrmm_fused)
+    check(sch, spmm_script(), corpus.CASES_BY_NAME["csrmm"], kernel=True)
+    lowered = Schedule(sp.lower_sparse_iter(sch.mod))
+    block = lowered.get_block("csrmm0")
+    assert [lp.name for lp in lowered.get_loops(block)] == ["i_j", "k"]
+    assert [lp.name for lp in lowered.get_loops(lowered.get_block("csrmm_init0"))] == ["i_init", "k_init"]
+    assert lowered.func.script().count("T.init()") == 0
+
+
+def test_fused_nonzero_loop_needs_atomic_updates():
+    """The fused (i, j) loop carries the reduction: `parallel` and `bind` refuse it until the
+    block is annotated "atomic"; the init nest binds freely."""
+    lowered = Schedule(sp.lower_sparse_iter(_fused_csrmm_schedule().mod))
+    block = lowered.get_block("csrmm0")
+    ij, _ = lowered.get_loops(block)
+    _fails(lowered, "expected a loop that carries no reduction, but `i_j` does", lowered.parallel, ij)
+    _fails(lowered, "expected a loop that carries no reduction, but `i_j` does", lowered.bind, ij, "blockIdx.x")
+    outer, inner = lowered.split(ij, [None, 4])
+    _fails(lowered, "carries no reduction, but `i_j_inner` does", lowered.bind, inner, "threadIdx.y")
+    lowered.annotate(block, "atomic", True)
+    lowered.bind(outer, "blockIdx.x")
+    lowered.bind(inner, "threadIdx.y")
+    i_init, k_init = lowered.get_loops(lowered.get_block("csrmm_init0"))
+    lowered.bind(i_init, "blockIdx.x")
+    lowered.bind(k_init, "threadIdx.x")
+    sp.verify(lowered.mod)
+    assert "T.atomic_add(C[I_of_J[vi_j], vk]" in lowered.func.script()
+    assert_computes(lowered.mod, corpus.CASES_BY_NAME["csrmm"])
+
+
+def test_fused_nonzero_loop_parallel_on_cpu():
+    """The CPU kernel: the init nest and the atomic nonzero loop in parallel, equal to scipy."""
+    lowered = Schedule(sp.lower_sparse_iter(_fused_csrmm_schedule().mod))
+    block = lowered.get_block("csrmm0")
+    lowered.annotate(block, "atomic", True)
+    lowered.parallel(lowered.get_loops(block)[0])
+    lowered.parallel(lowered.get_loops(lowered.get_block("csrmm_init0"))[0])
+    A = small_csr()
+    case = corpus.CASES_BY_NAME["csrmm"]
+    kwargs, _ = case.make_args(A, np.random.default_rng(2), "int32", "float32", 5)
+    sp.build(sp.lower_sparse_buffer(lowered.mod), target="cpu")(**kwargs)
+    np.testing.assert_allclose(kwargs["c"], case.reference(A, kwargs)["c"], rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------- preconditions
 def _sddmm_schedule():
     sch = Schedule(sddmm_script())
@@ -399,11 +472,25 @@ def test_fail_fuse_not_from_root():
     _fails(sch, "expected the first iterator to walk a root axis .* `j` walks `J`", sch.sparse_fuse, it, [j, k])
 
 
-def test_fail_fuse_mixed_kinds():
-    sch = Schedule(spmm_script())
-    it = sch.get_sparse_iteration("csrmm")
-    i, j, _ = sch.get_sp_iters(it)
-    _fails(sch, 'all spatial or all reduction iterators, but \\[i, j\\] have kinds "SR"', sch.sparse_fuse, it, [i, j])
+@T.prim_func
+def column_sums(a: T.handle, s: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32,
+                nnz: T.int32):  # fmt: skip
+    I = T.dense_fixed(m)
+    J = T.sparse_variable(I, (n, nnz), (indptr, indices), "int32")
+    J_detach = T.dense_fixed(n)
+    A = T.match_sparse_buffer(a, (I, J), "float32")
+    S = T.match_sparse_buffer(s, (J_detach,), "float32")
+    with T.sp_iter([I, J], "RS", "column_sums") as [i, j]:
+        S[j] = S[j] + A[i, j]
+
+
+def test_fail_fuse_reduction_then_spatial():
+    """A reduction row with spatial nonzeros under it ("RS") cannot be one loop: refused."""
+    sch = Schedule(column_sums)
+    it = sch.get_sparse_iteration("column_sums")
+    i, j = sch.get_sp_iters(it)
+    _fails(sch, 'expected spatial iterators first, then reduction ones, but \\[i, j\\] have kinds "RS"',
+           sch.sparse_fuse, it, [i, j])  # fmt: skip
 
 
 def test_fail_fuse_twice_and_attached():
