@@ -69,6 +69,15 @@ globals().update(DTYPES)
 globals().update(_builtins.INTRINSIC_STUBS)
 iter = sp_iter  # SparseTIR's spelling
 
+
+def __getattr__(name: str):
+    """`T.<intrinsic>` for an intrinsic registered after this module was imported."""
+    stub = _builtins.intrinsic_stub(name)
+    if stub is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return stub
+
+
 __all__ = [
     "prim_func",
     "ir_module",

@@ -234,3 +234,11 @@ def _make_intrinsic(name: str):
 
 
 INTRINSIC_STUBS = {name: _make_intrinsic(name) for name in INTRINSICS}
+
+
+def intrinsic_stub(name: str):
+    """The stub of intrinsic `name`, also for one registered after this module was imported
+    (`ir.op.register_intrinsic`); None if there is no such intrinsic."""
+    if name not in INTRINSIC_STUBS and name in INTRINSICS:
+        INTRINSIC_STUBS[name] = _make_intrinsic(name)
+    return INTRINSIC_STUBS.get(name)

@@ -169,7 +169,7 @@ class Parser:
 
     def bind(self, call: ast.Call, name: str) -> dict[str, Any]:
         """Bind a call's AST arguments to the signature of `T.<name>`."""
-        stub = STUBS.get(name) or B.INTRINSIC_STUBS.get(name)
+        stub = STUBS.get(name) or B.intrinsic_stub(name)
         if stub is None:
             raise self.fail(call, f"unknown construct `T.{name}`")
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):

@@ -393,3 +393,34 @@ def test_let_statement_round_trip_verify_and_run():
     b2 = np.zeros(5, np.float32)
     sp.build(f)(a=a, b=b2, n=5)
     np.testing.assert_array_equal(b2, b)
+
+
+def test_intrinsic_registered_after_import_parses_and_round_trips():
+    from sparsetir_py.ir.op import INTRINSICS, register_intrinsic
+    from sparsetir_py.script import builtins as B
+
+    register_intrinsic("late_softsign", 1)
+    try:
+        text = """
+from sparsetir_py import script as T
+
+
+@T.prim_func
+def f(x: T.handle, y: T.handle, n: T.int32):
+    T.func_attr({"stage": 2})
+    X = T.match_buffer(x, (n,), "float32")
+    Y = T.match_buffer(y, (n,), "float32")
+    for i in T.serial(n):
+        with T.block("b"):
+            vi = T.axis.spatial(n, i)
+            Y[vi] = T.late_softsign(X[vi])
+"""
+        f = sp.from_script(text)
+        assert "T.late_softsign(X[vi])" in f.script()
+        sp.assert_structural_equal(f, sp.from_script(f.script()))
+        assert callable(T.late_softsign)
+    finally:
+        INTRINSICS.pop("late_softsign", None)
+        B.INTRINSIC_STUBS.pop("late_softsign", None)
+    with pytest.raises(AttributeError):
+        T.late_softsign
