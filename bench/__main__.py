@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .graphs import DEFAULT_GRAPHS, known_graphs
+from .graphs import DEFAULT_GRAPHS, is_graph_file, known_graphs
 from .libraries import BASELINES, OURS
 from .report import finish, summary, write
 from .runner import DEFAULT_OUT, Config, run
@@ -36,7 +36,12 @@ def parser() -> argparse.ArgumentParser:
         description="Time sparsetir_py's SpMM / SDDMM against scipy, MKL, torch.sparse, GraphBLAS (and cuSPARSE).",
     )
     p.add_argument("op", choices=[*OPS, "all"], help="operator to benchmark ('all': both, one after the other)")
-    p.add_argument("--graphs", nargs="+", metavar="NAME", help=f"default: {' '.join(DEFAULT_GRAPHS)}")
+    p.add_argument(
+        "--graphs",
+        nargs="+",
+        metavar="NAME",
+        help=f"shipped graph names or paths to scipy .npz files (default: {' '.join(DEFAULT_GRAPHS)})",
+    )
     p.add_argument("--widths", nargs="+", type=int, metavar="W", help="feature widths (default: 32 128 512)")
     p.add_argument(
         "--baselines", nargs="+", metavar="NAME", choices=ALL_BASELINES, help=f"default: {' '.join(ALL_BASELINES)}"
@@ -62,9 +67,11 @@ def configs(args: argparse.Namespace) -> list[Config]:
     """One `Config` per operator from the parsed arguments (`--smoke` fills unset options)."""
     smoke = SMOKE if args.smoke else {}
     graphs = args.graphs or smoke.get("graphs") or list(DEFAULT_GRAPHS)
-    unknown = sorted(set(graphs) - set(known_graphs()))
+    unknown = sorted(g for g in graphs if g not in known_graphs() and not is_graph_file(g))
     if unknown:
-        raise SystemExit(f"unknown graph(s) {', '.join(unknown)}; known: {', '.join(known_graphs())}")
+        raise SystemExit(
+            f"unknown graph(s) {', '.join(unknown)}; known: {', '.join(known_graphs())}, or a path to a scipy .npz file"
+        )
     widths = args.widths or smoke.get("widths") or list(DEFAULT_WIDTHS)
     if any(w <= 0 for w in widths):
         raise SystemExit(f"widths must be positive, got {widths}")

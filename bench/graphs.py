@@ -140,9 +140,9 @@ def shipped_dir() -> Path:
 def load_graph(name: str, path: str | None = None) -> scipy.sparse.csr_matrix:
     """A benchmark matrix as canonical float32 CSR with int32 indices.
 
-    `path` names an `.npz` file (the cached R-MAT graph); otherwise `name` is a matrix shipped in
-    `sparsetir_py/data/`, loaded as `sparsetir_py.data.load_matrix` does (duplicates summed,
-    indices sorted).
+    `path` names an `.npz` file (the cached R-MAT graph, or a matrix given by path); otherwise
+    `name` is a matrix shipped in `sparsetir_py/data/`, loaded as `sparsetir_py.data.load_matrix`
+    does (duplicates summed, indices sorted).
     """
     file = Path(path) if path is not None else shipped_dir() / f"{name}.npz"
     if not file.is_file():
@@ -151,6 +151,11 @@ def load_graph(name: str, path: str | None = None) -> scipy.sparse.csr_matrix:
     matrix.sum_duplicates()  # also sorts the indices
     matrix.sort_indices()
     return _canonical_int32(matrix)
+
+
+def is_graph_file(name: str) -> bool:
+    """Whether `--graphs` was given a path to an `.npz` file (a scipy sparse matrix) for `name`."""
+    return name.endswith(".npz") and Path(name).is_file()
 
 
 def known_graphs() -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .graphs import RMAT, RmatParams, rmat_cached
+from .graphs import RMAT, RmatParams, is_graph_file, rmat_cached
 from .libraries import BASELINES, LIBRARIES, OURS
 from .measure import RTOL
 from .worker import MARK
@@ -155,6 +155,8 @@ def run(config: Config, stream: dict | None = None) -> dict:
         spec = {"name": name}
         if name == RMAT:
             spec["path"] = str(rmat_cached(Path(config.out) / "cache", config.rmat))
+        elif is_graph_file(name):  # a matrix of the user's: named by its file name
+            spec = {"name": Path(name).stem, "path": str(Path(name).resolve())}
         graph_specs.append(spec)
     total = int(stream is None) + config.rounds * len(graph_specs) * len(config.widths) * len(p.libraries)
     record: dict = {"stream": None, "libraries": {}, "results": [], "notes": dict(p.notes), "load": []}

@@ -73,3 +73,34 @@ def test_smoke_markdown_has_the_table(smoke_out, op):
     assert float(cells[3]) > 0
     assert cells[6].endswith("x)")
     assert "## Geometric mean of the ratios" in text
+
+
+def test_a_graph_given_as_an_npz_path(tmp_path):
+    """`--graphs` takes a scipy .npz file the suite has never seen (here rectangular, with empty
+    rows): the graph is named by its file, results are checked against scipy like the others."""
+    import numpy as np
+    import scipy.sparse
+
+    A = scipy.sparse.random(300, 170, density=0.05, format="csr", random_state=np.random.default_rng(7))
+    A = A.tolil()
+    A[10:40] = 0  # empty rows
+    path = tmp_path / "unseen-graph.npz"
+    scipy.sparse.save_npz(path, A.tocsr())
+    out = tmp_path / "out"
+    argv = ["spmm", "--smoke", "--no-progress", "--keep-openblas-env", "--graphs", str(path), "--out", str(out)]
+    done = subprocess.run([sys.executable, "-m", "bench", *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "spmm.json").read_text())
+    results = {r["library"]: r for r in report["results"]}
+    assert set(results) == {"sparsetir", "scipy"}
+    for r in results.values():
+        assert r["status"] == "ok", r
+        assert r["graph"] == "unseen-graph" and r["nnz"] == A.tocsr().nnz
+    bad = subprocess.run(
+        [sys.executable, "-m", "bench", "spmm", "--smoke", "--graphs", str(tmp_path / "missing.npz")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert bad.returncode != 0 and "unknown graph(s)" in bad.stderr
