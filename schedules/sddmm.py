@@ -66,6 +66,32 @@ def csr_cuda_fused_warp(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
 
 csr_cuda_fused_warp.stage1 = _fuse_rows_and_nonzeros
 
+
+def csr_cuda_fused_rfactor(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
+    """Fused (i, j) over nonzeros, `nnz_per_block` per thread block on `threadIdx.y`; each
+    nonzero's dot product split by 32 and factored (`rfactor`) over the 32 lanes of a warp
+    (`threadIdx.x`): every lane sums its strided features in a register (the rf buffer, `local`,
+    one element per thread after buffer compaction), then one `warp_sum_32` shuffle tree per
+    nonzero adds the 32 partial sums (`csr_cuda_fused_warp` shuffles once per 32 features)."""
+    ij, k = sch.get_loops(sch.get_block("sddmm0"))
+    k_outer, k_inner = sch.split(k, [None, 32])
+    rf = sch.rfactor(k_inner, 1)
+    sch.set_scope(rf, 0, "local")
+    sch.reorder(k_inner, k_outer)
+    # CUDA local memory starts undefined: the partial sums are zeroed before the reduction loop
+    # (else a lane with no feature, feat < 32, would add garbage).
+    sch.decompose_reduction(rf, k_outer)
+    outer, inner = sch.split(ij, [None, nnz_per_block])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.y")
+    sch.bind(k_inner, "threadIdx.x")
+    write_back = sch.get_block("sddmm0")
+    sch.reverse_compute_at(write_back, inner)
+    sch.tensorize(sch.get_loops(write_back)[-1], "warp_sum_32", "cuda")
+
+
+csr_cuda_fused_rfactor.stage1 = _fuse_rows_and_nonzeros
+
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
 SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
@@ -73,4 +99,5 @@ SCHEDULES = {
     "csr_cpu_rows_dot8": csr_cpu_rows_dot8,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_fused_warp": csr_cuda_fused_warp,
+    "csr_cuda_fused_rfactor": csr_cuda_fused_rfactor,
 }

@@ -19,6 +19,7 @@ from typing import Any
 from ..codegen import render
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
+from ..transform.compact_buffers import compact_buffers
 from ..transform.hoist_invariants import hoist_loop_invariants, promote_accumulators
 from . import cache
 from .kernel import CPUKernel, CUDAKernel, Kernel
@@ -65,7 +66,10 @@ def build(
     # carry no aliasing information, so LLVM would reload them on every iteration).
     # Accumulations into one element per loop run in a register (scalar replacement; on the
     # CPU only, where no other thread touches that element inside the loop).
-    prepared = promote_accumulators(func) if target == "cpu" else IRModule.from_any(func)
+    # Scratch sized for a whole scope shrinks to what one instance touches (rfactor's `C_rf`
+    # becomes a register per thread on CUDA); function-level local scratch moves into the kernel.
+    prepared = compact_buffers(func, target)
+    prepared = promote_accumulators(prepared) if target == "cpu" else prepared
     prepared = hoist_loop_invariants(prepared)["main"]
     ks = render(prepared, target, **options)
     key = cache.cache_key(_script_text(func), target, ks.options, ks.source)

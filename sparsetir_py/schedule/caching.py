@@ -328,8 +328,12 @@ def set_scope(func: PrimFunc, block: str, buffer_index: int | str, scope: str) -
     """Change the memory scope of a buffer that a block writes and the function allocates.
 
     It requires: a known block; a write buffer index (or name) of that block whose buffer is
-    allocated (`T.alloc_buffer` in a block or `T.allocate`), not a parameter; a scope in
-    `global`, `shared`, `local`.
+    allocated (`T.alloc_buffer` in a block, `T.allocate`, or function-level scratch such as
+    `rfactor`'s `C_rf` at the root), not a parameter; a scope in `global`, `shared`, `local`.
+
+    Function-level scratch keeps its place: with scope `local`, the build's buffer compaction
+    (`transform.compact_buffers`) moves it into a CUDA kernel as a per-thread allocation when
+    each thread provably touches its own part (the CUDA code generator rejects it otherwise).
 
     Before: `C_rf = T.alloc_buffer((1, feat, 4), "float32")`
     `set_scope(f, "sddmm1_rf", 0, "local")`
@@ -340,11 +344,12 @@ def set_scope(func: PrimFunc, block: str, buffer_index: int | str, scope: str) -
         raise ScheduleError(f"in `{primitive}`: expected a scope in ('global', 'shared', 'local'), but got {scope!r}")
     blk = find_block(func, block, primitive)
     buf = region_buffer(blk.writes, buffer_index, "write", blk, primitive)
-    if not isinstance(buf, FlatBuffer) or buf.data is not None or buf in func.buffers:
+    if not isinstance(buf, FlatBuffer) or buf.data is not None:
         raise ScheduleError(
-            f"in `{primitive}`: expected a buffer allocated inside the function, but `{buf.name}` is declared "
-            f"at the function level"
+            f"in `{primitive}`: expected a buffer allocated inside the function, but `{buf.name}` is a parameter"
         )
     if buf.scope == scope:
         return func
-    return func.replace(body=substitute_buffers(func.body, {buf: buf.replace(scope=scope)}))
+    new = buf.replace(scope=scope)
+    buffers = tuple(new if b is buf else b for b in func.buffers)
+    return func.replace(buffers=buffers, body=substitute_buffers(func.body, {buf: new}))

@@ -193,8 +193,9 @@ def f(a: T.handle, m: T.int32):
     A = T.match_buffer(a, (m,), "float32")
     for i in T.thread_binding(m, thread="blockIdx.x"):
         tile = T.allocate((m,), "float32", "shared")
-        tile[0] = A[i]
-        A[i] = tile[0]
+        for k in T.serial(m):
+            tile[k] = A[k]
+        A[i] = tile[i]
 """
 
 GLOBAL_IN_KERNEL = """
