@@ -92,7 +92,7 @@ def csr_cuda_fused_rfactor(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
 
 csr_cuda_fused_rfactor.stage1 = _fuse_rows_and_nonzeros
 
-DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
+DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_fused_rfactor}
 SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
     "csr_cpu_rows_balanced": csr_cpu_rows_balanced,

@@ -436,6 +436,9 @@ def _relative(idx, actx, cmap, ranges, ref, lo_c) -> PrimExpr:
     shift = _constant(mk.sub(fixed_full, mk.add(mk.cast(dtype, ref), IntImm(lo_c, dtype))))
     if not varying_terms:
         return IntImm(shift, dtype)
+    (atom, k), *rest = varying_terms
+    if not rest and k == -1 and isinstance(atom, DimId) and shift != 0:
+        return mk.sub(IntImm(shift, dtype), dims[atom.index])  # `7 - vk`, a reversed traversal
     rel = from_affine(varying, dims, dtype=dtype)
     return rel if shift == 0 else mk.add(rel, IntImm(shift, dtype))
 

@@ -159,6 +159,27 @@ def test_set_scope():
     run_sddmm(sch.mod, random_csr())
 
 
+def test_set_scope_function_level_scratch():
+    """rfactor at the function root makes `C_rf` function-level scratch; set_scope changes its
+    scope in the function's declarations and every use (the interpreter still computes SDDMM)."""
+    fused = sp.Schedule(sp.ops.sddmm_script())
+    it = fused.get_sparse_iteration("sddmm")
+    i, j, _ = fused.get_sp_iters(it)
+    fused.sparse_fuse(it, [i, j])
+    unscheduled = sp.lower_sparse_iter(fused.mod)
+    sch = VerifyingSchedule(unscheduled)
+    _, k = sch.get_loops(sch.get_block("sddmm0"))
+    _, ki = sch.split(k, [None, 4])
+    rf = sch.rfactor(ki, 1)
+    assert [b.scope for b in sch.mod["main"].buffers if b.name == "C_rf"] == ["global"]
+    sch.set_scope(rf, "C_rf", "local")
+    f = sch.mod["main"]
+    assert [b.scope for b in f.buffers if b.name == "C_rf"] == ["local"]
+    assert 'C_rf = T.alloc_buffer((T.cast(nnz, "int32"), 4), "float32", scope="local")' in f.script()
+    check(sch, unscheduled)
+    run_sddmm(sch.mod, random_csr())
+
+
 # ---------------------------------------------------------------- failures
 @pytest.mark.parametrize("prim", ["cache_read", "cache_write"])
 def test_cache_fail_scope(prim):
