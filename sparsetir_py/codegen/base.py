@@ -103,7 +103,7 @@ class KernelParam:
     """One parameter of the generated function: a buffer's 1-D storage or a scalar."""
 
     name: str
-    kind: str  # "buffer" or "scalar"
+    kind: str  # "buffer", "scalar", or "launch" (the launch index of a kernel launched several times)
     obj: FlatBuffer | Var
 
 
@@ -119,6 +119,9 @@ class KernelSource:
     options: dict[str, Any]
     # Thread tag -> extents of the loops bound to it (CUDA launch configuration).
     launch: dict[str, tuple[PrimExpr, ...]] = field(default_factory=dict)
+    # A kernel launched several times in order (CUDA: one launch per top-level nest bound to
+    # threads): the same per launch; the function then takes the launch index as its last argument.
+    launches: tuple[dict[str, tuple[PrimExpr, ...]], ...] = ()
 
 
 class _Names(NameTable):
@@ -266,7 +269,7 @@ class Renderer:
         params = self.kernel_params()
         self.prepare()
         with self.body.indent():
-            self.stmt_body(func.body)
+            self.function_body(func.body)
         name = self.names.get(func, func.name)
         out = CodeBuilder()
         for line in self.header_lines():
@@ -291,6 +294,7 @@ class Renderer:
             params=tuple(params),
             options=self.options,
             launch=self.launch_extents(),
+            launches=self.launches(),
         )
 
     def kernel_params(self) -> list[KernelParam]:
@@ -331,6 +335,14 @@ class Renderer:
 
     def launch_extents(self) -> dict[str, tuple[PrimExpr, ...]]:
         return {}
+
+    def launches(self) -> tuple[dict[str, tuple[PrimExpr, ...]], ...]:
+        """Target hook: per-launch extents of a kernel launched several times (else ())."""
+        return ()
+
+    def function_body(self, body: Stmt) -> None:
+        """Target hook: render the function's body (CUDA splits it into launches)."""
+        self.stmt_body(body)
 
     # ---------------------------------------------------------------- target hooks
     def header_lines(self) -> list[str]:

@@ -8,6 +8,12 @@ What differs from the shared renderer:
   loop whose extent may be smaller is guarded (`if i < extent:`). An extent that the scalar
   parameters alone do not determine is a `CodegenError`. A kernel with no bound loop launches
   grid (1,), block (1,). As in TVM, statements outside the bound loops run on every thread.
+- One launch per top-level statement that holds bound loops, in order (TVM's host/device split):
+  CUDA has no barrier across thread blocks, so a nest that initialises an output and a later one
+  that accumulates into it atomically (the nonzero split of SpMM) must not share a launch. With
+  several, the kernel takes the launch index as its last argument and runs that launch's
+  statements (unbound statements go with the next bound one); the runtime launches it once per
+  index, each with its own grid and block.
 - Other loops (serial, parallel, vectorized, unrolled, vthread) are serial loops.
 - Scratch: `shared` -> `cuda.shared.array`, `local` -> `cuda.local.array`, both of a constant
   flat size (else `CodegenError`), and not zero-filled (CUDA does not). `global` scratch must be
@@ -27,11 +33,11 @@ from typing import Any, ClassVar
 
 from ..errors import CodegenError
 from ..ir.buffer import FlatBuffer
-from ..ir.expr import PrimExpr
-from ..ir.stmt import AtomicAdd, For
+from ..ir.expr import PrimExpr, Var
+from ..ir.stmt import AtomicAdd, For, SeqStmt, Stmt, seq
 from ..ir.visit import walk
 from . import cuda_warp
-from .base import LAUNCH_TAGS, Intrin, Renderer, const_int, is_launch_computable
+from .base import LAUNCH_TAGS, Intrin, KernelParam, Renderer, const_int, is_launch_computable
 
 _LIBDEVICE = ("libdevice",)
 
@@ -63,6 +69,8 @@ class CUDARenderer(Renderer):
         super().__init__(func, options)
         self.tag_loops: dict[str, list[For]] = defaultdict(list)
         self.guarded: set[int] = set()  # ids of bound loops that need `if var < extent`
+        self.parts: list[list[Stmt]] = split_launches(func.body)  # top-level statements per launch
+        self.launch_var = Var("launch", "int32")
 
     def normalize_options(self, options: dict[str, Any]) -> dict[str, Any]:
         options = super().normalize_options(options)
@@ -72,22 +80,34 @@ class CUDARenderer(Renderer):
         return options
 
     # ---------------------------------------------------------------- launch configuration
+    def kernel_params(self) -> list[KernelParam]:
+        params = super().kernel_params()
+        if len(self.parts) > 1:
+            params.append(KernelParam(self.names.get(self.launch_var, "launch"), "launch", self.launch_var))
+        return params
+
     def prepare(self) -> None:
         self.use("cuda")
-        for node in walk(self.func.body):
-            if isinstance(node, For) and node.kind == "thread_binding" and node.thread in LAUNCH_TAGS:
-                if const_int(node.min) != 0:
-                    raise CodegenError(
-                        f"in `build`: loop `{node.loop_var.name}` bound to {node.thread} must start at 0"
-                    )
-                if not is_launch_computable(node.extent, self.scalars):
-                    raise CodegenError(
-                        f"in `build`: the extent of loop `{node.loop_var.name}` bound to {node.thread} cannot be "
-                        "computed from the scalar parameters at launch"
-                    )
-                self.tag_loops[node.thread].append(node)
-        for loops in self.tag_loops.values():
-            self.guarded.update(id(loop) for loop in self._loops_needing_guards(loops))
+        self.part_loops: list[dict[str, list[For]]] = []
+        for part in self.parts:
+            tag_loops: dict[str, list[For]] = defaultdict(list)
+            for node in walk(seq(*part)):
+                if isinstance(node, For) and node.kind == "thread_binding" and node.thread in LAUNCH_TAGS:
+                    self._check_bound_loop(node)
+                    tag_loops[node.thread].append(node)
+                    self.tag_loops[node.thread].append(node)
+            for loops in tag_loops.values():
+                self.guarded.update(id(loop) for loop in self._loops_needing_guards(loops))
+            self.part_loops.append(tag_loops)
+
+    def _check_bound_loop(self, node: For) -> None:
+        if const_int(node.min) != 0:
+            raise CodegenError(f"in `build`: loop `{node.loop_var.name}` bound to {node.thread} must start at 0")
+        if not is_launch_computable(node.extent, self.scalars):
+            raise CodegenError(
+                f"in `build`: the extent of loop `{node.loop_var.name}` bound to {node.thread} cannot be "
+                "computed from the scalar parameters at launch"
+            )
 
     @staticmethod
     def _loops_needing_guards(loops: list[For]) -> list[For]:
@@ -102,6 +122,24 @@ class CUDARenderer(Renderer):
 
     def launch_extents(self) -> dict[str, tuple[PrimExpr, ...]]:
         return {tag: tuple(loop.extent for loop in loops) for tag, loops in self.tag_loops.items()}
+
+    def launches(self) -> tuple[dict[str, tuple[PrimExpr, ...]], ...]:
+        if len(self.parts) == 1:
+            return ()
+        return tuple(
+            {tag: tuple(loop.extent for loop in loops) for tag, loops in tag_loops.items()}
+            for tag_loops in self.part_loops
+        )
+
+    def function_body(self, body: Stmt) -> None:
+        if len(self.parts) == 1:
+            self.stmt_body(body)
+            return
+        launch = self.names.get(self.launch_var, "launch")
+        for index, part in enumerate(self.parts):
+            self.line(f"if {launch} == {index}:")
+            with self.indented():
+                self.stmt_body(seq(*part))
 
     def check_function_buffer(self, buf: FlatBuffer) -> None:
         if buf.data is None and buf.scope != "global":
@@ -155,3 +193,21 @@ class CUDARenderer(Renderer):
         self.use("numba")
         dtype = "numba.boolean" if buf.dtype == "bool" else f"numba.{buf.dtype}"
         return f"cuda.{buf.scope}.array({size}, {dtype})"
+
+
+def split_launches(body: Stmt) -> list[list[Stmt]]:
+    """The top-level statements of `body` grouped per launch: each group ends with a statement
+    that holds loops bound to blockIdx/threadIdx (statements after the last one join it)."""
+    stmts = list(body.stmts) if isinstance(body, SeqStmt) else [body]
+    parts: list[list[Stmt]] = [[]]
+    for s in stmts:
+        if parts[-1] and _has_bound_loop(seq(*parts[-1])):
+            parts.append([])
+        parts[-1].append(s)
+    if len(parts) > 1 and not _has_bound_loop(seq(*parts[-1])):
+        parts[-2].extend(parts.pop())
+    return parts
+
+
+def _has_bound_loop(s: Stmt) -> bool:
+    return any(isinstance(n, For) and n.kind == "thread_binding" and n.thread in LAUNCH_TAGS for n in walk(s))

@@ -159,7 +159,8 @@ class CUDAKernel(Kernel):
         """(grid, block) for these scalar arguments (by parameter name).
 
         Along each of x, y, z the size is the largest extent of the loops bound to
-        `blockIdx`/`threadIdx` there; trailing unused dimensions are dropped ((1,) when none).
+        `blockIdx`/`threadIdx` there; trailing unused dimensions are dropped ((1,) when none). A
+        kernel launched once per top-level bound nest gets the largest over its launches.
         """
         values: dict[Var, int | float] = {}
         for p in self.func.params:
@@ -167,9 +168,11 @@ class CUDAKernel(Kernel):
                 values[p] = scalars[p.name]
         return self._launch(values)
 
-    def _launch(self, scalars: dict[Var, int | float]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _launch(
+        self, scalars: dict[Var, int | float], launch: dict | None = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         dims: dict[str, int] = {}
-        for tag, extents in self._ks.launch.items():
+        for tag, extents in (self._ks.launch if launch is None else launch).items():
             sizes = [eval_int(e, scalars, f"launch extent of {tag}") for e in extents]
             dims[tag] = max(0, *sizes)
         grid = _trim([dims.get(tag, 1) for tag in BLOCK_TAGS])
@@ -188,16 +191,20 @@ class CUDAKernel(Kernel):
             else:
                 checked[name] = _stand_in(value)
         bound = bind_arguments(self.func, (), checked, check_structure=check_structure)
-        grid, block = self._launch(bound.scalars)
-        threads = math.prod(block)
-        if threads > MAX_THREADS_PER_BLOCK:
-            raise InputError(
-                f"`{self.name}` would launch blocks of {block} = {threads} threads; CUDA allows at most "
-                f"{MAX_THREADS_PER_BLOCK}"
-            )
+        # One launch, or one per top-level nest bound to threads (`KernelSource.launches`), in order.
+        configs = [self._launch(bound.scalars, launch) for launch in self._ks.launches or (None,)]
+        for _, block in configs:
+            threads = math.prod(block)
+            if threads > MAX_THREADS_PER_BLOCK:
+                raise InputError(
+                    f"`{self.name}` would launch blocks of {block} = {threads} threads; CUDA allows at most "
+                    f"{MAX_THREADS_PER_BLOCK}"
+                )
         cuda = _cuda_for_launch()
         launch_args, copy_back = [], []
         for kp in self.kernel_params:
+            if kp.kind == "launch":
+                continue  # the launch index, passed last
             if kp.kind == "scalar":
                 launch_args.append(self._scalar(kp, bound))
                 continue
@@ -210,9 +217,10 @@ class CUDAKernel(Kernel):
             launch_args.append(dev)
             if buf.data is not None and buf in self._written:
                 copy_back.append((dev, host))
-        if 0 in grid or 0 in block:
-            return  # an empty launch: no thread would run
-        self._fn[grid, block](*launch_args)
+        for index, (grid, block) in enumerate(configs):
+            if 0 in grid or 0 in block:
+                continue  # an empty launch: no thread would run
+            self._fn[grid, block](*launch_args, *((index,) if self._ks.launches else ()))
         for dev, host in copy_back:
             dev.copy_to_host(host)
 

@@ -139,10 +139,11 @@ def f(a: T.handle, b: T.handle, n: T.int32, k: T.int32):
     T.func_attr({"stage": 3})
     A = T.match_buffer(a, (n,), "float32")
     B = T.match_buffer(b, (k,), "float32")
-    for t in T.thread_binding(n, thread="threadIdx.x"):
-        A[t] = T.float32(1)
-    for u in T.thread_binding(k, thread="threadIdx.x"):
-        B[u] = T.float32(2)
+    for g in T.thread_binding(1, thread="blockIdx.x"):
+        for t in T.thread_binding(n, thread="threadIdx.x"):
+            A[t] = T.float32(1)
+        for u in T.thread_binding(k, thread="threadIdx.x"):
+            B[u] = T.float32(2)
 """
 
 
@@ -151,6 +152,39 @@ def test_sibling_loops_with_symbolic_extents_are_all_guarded():
     text = render(func, "cuda").source
     assert "if t < n:" in text and "if u < k:" in text
     assert _build(func, "cuda").launch_config(n=3, k=5) == ((1,), (5,))
+
+
+TWO_LAUNCHES = """
+@T.prim_func
+def f(a: T.handle, b: T.handle, n: T.int32, k: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (k,), "float32")
+    for t in T.thread_binding(n, thread="threadIdx.x"):
+        A[t] = T.float32(1)
+    for i in T.serial(k):
+        B[i] = T.float32(0)
+    for u in T.thread_binding(k, thread="threadIdx.x"):
+        B[u] = B[u] + A[0]
+    for i2 in T.serial(k):
+        B[i2] = B[i2] * T.float32(2)
+"""
+
+
+def test_top_level_bound_nests_are_separate_launches():
+    """No barrier spans thread blocks, so each top-level statement with bound loops is its own
+    launch, in order (TVM's host/device split); an unbound statement joins the next bound one
+    (the last one when none follows). Each launch is sized, and guarded, by its own loops."""
+    ks = render(K._parse(TWO_LAUNCHES), "cuda")
+    text = ks.source
+    assert "def f(A, B, n, k, launch):" in text
+    assert "    if launch == 0:\n        t = cuda.threadIdx.x\n        A[t] = " in text
+    assert "    if launch == 1:\n        for i in range(k):" in text
+    assert "u = cuda.threadIdx.x\n        B[u] = B[u] + A[0]\n        for i2 in range(k):" in text
+    assert "if t < n" not in text and "if u < k" not in text
+    assert [list(launch) for launch in ks.launches] == [["threadIdx.x"], ["threadIdx.x"]]
+    assert [kp.kind for kp in ks.params][-1] == "launch"
+    assert render(K._parse(SYMBOLIC_SIBLINGS), "cuda").launches == ()  # one launch: no index
 
 
 def test_other_loop_kinds_are_serial_on_the_device():
