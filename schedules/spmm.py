@@ -45,10 +45,46 @@ def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
     sch.bind(k_inner, "threadIdx.x")
 
 
+def _fuse_rows_and_nonzeros(sch: sp.Schedule) -> None:
+    it = sch.get_sparse_iteration("csrmm")
+    i, j, _ = sch.get_sp_iters(it)
+    sch.sparse_fuse(it, [i, j])
+
+
+def csr_cuda_nnz_split(sch: sp.Schedule, nnz_per_block: int = 8, threads: int = 32) -> None:
+    """TACO's nonzero split: (i, j) fused into one loop over the nonzeros, `nnz_per_block` of
+    them per thread block on `threadIdx.y`, features across `threadIdx.x` (coalesced reads of B);
+    each (nonzero, feature) thread does `atomic_add(C[row, k], A * B[col, k])`. The work per
+    block does not depend on row lengths (power-law graphs).
+
+    Three launches, in order (one per top-level nest bound to threads): C = 0 over every
+    (row, feature), empty rows included (block `csrmm_init0`); the row of every nonzero by binary
+    search over indptr (`csrmm_fuse_search`); the atomic accumulation (`csrmm0`)."""
+    i, k = sch.get_loops(sch.get_block("csrmm_init0"))
+    sch.bind(i, "blockIdx.x")
+    _, k_inner = sch.split(k, [None, threads])
+    sch.bind(k_inner, "threadIdx.x")
+    (p,) = sch.get_loops(sch.get_block("csrmm_fuse_search"))
+    p_outer, p_inner = sch.split(p, [None, 256])
+    sch.bind(p_outer, "blockIdx.x")
+    sch.bind(p_inner, "threadIdx.x")
+    block = sch.get_block("csrmm0")
+    sch.annotate(block, "atomic", True)  # nonzeros of one row, in several threads, update one C[row, k]
+    ij, k = sch.get_loops(block)
+    ij_outer, ij_inner = sch.split(ij, [None, nnz_per_block])
+    sch.bind(ij_outer, "blockIdx.x")
+    sch.bind(ij_inner, "threadIdx.y")
+    _, k_inner = sch.split(k, [None, threads])
+    sch.bind(k_inner, "threadIdx.x")
+
+
+csr_cuda_nnz_split.stage1 = _fuse_rows_and_nonzeros
+
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
 SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
     "csr_cpu_rows_balanced": csr_cpu_rows_balanced,
     "csr_cpu_rows_tiled": csr_cpu_rows_tiled,
     "csr_cuda_rows": csr_cuda_rows,
+    "csr_cuda_nnz_split": csr_cuda_nnz_split,
 }

@@ -111,13 +111,13 @@ SIMULATOR_DRIVER = textwrap.dedent(
             B = rng.standard_normal((n, feat)).astype(np.float32)
             C = np.full((m, feat), np.nan, np.float32)
             kernel(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=m, n=n, nnz=A.nnz)
-            results[name] = float(np.abs(C - A @ B).max())
+            results[f"{{op}}/{{name}}"] = float(np.abs(C - A @ B).max())
         else:
             X = rng.standard_normal((m, feat)).astype(np.float32)
             Y = rng.standard_normal((n, feat)).astype(np.float32)
             out = np.full(A.nnz, np.nan, np.float32)
             kernel(a=A.data, x=X, y=Y, c=out, indptr=A.indptr, indices=A.indices, m=m, n=n, nnz=A.nnz)
-            results[name] = float(np.abs(out - sddmm_reference(A, X, Y)).max())
+            results[f"{{op}}/{{name}}"] = float(np.abs(out - sddmm_reference(A, X, Y)).max())
     print(json.dumps(results))
     """
 )
@@ -136,6 +136,71 @@ def test_cuda_schedules_in_the_simulator():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(results) == {name for _, name in CUDA}
+    assert set(results) == {f"{op}/{name}" for op, name in CUDA}  # spmm and sddmm share names
     for name, err in results.items():
         assert err < 1e-3, (name, err)
+
+
+# ---------------------------------------------------------------------------------------------- nonzero split
+NNZ_SPLIT_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import sparsetir_py as sp
+    sys.path.insert(0, {tests!r})
+    from schedules.spmm import csr_cuda_nnz_split
+    from sparsetir_py.ops import spmm_script
+    from strategies import edge_matrices, make_csr
+    rng = np.random.default_rng(0)
+    matrices = dict(edge_matrices())
+    mask = rng.random((23, 9)) < 0.3
+    mask[[0, 5, 22]] = False  # empty rows, the first and the last among them
+    mask[7] = True  # a row longer than a thread block's share of nonzeros
+    matrices["23x9_random"] = make_csr(mask, rng.uniform(-1, 1, mask.sum()), "int32", "float32")
+    results = {{}}
+    for name, A in matrices.items():
+        idtype, dtype = str(A.indices.dtype), str(A.data.dtype)
+        feat = 3
+        kernel = sp.compile(spmm_script(idtype, dtype), "cuda", schedule=csr_cuda_nnz_split,
+                            specialize={{"feat": feat}})
+        m, n = A.shape
+        B = rng.standard_normal((n, feat)).astype(dtype)
+        C = np.full((m, feat), np.nan, dtype)
+        kernel(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=m, n=n, nnz=A.nnz)
+        want = A.astype(np.float64) @ B.astype(np.float64)
+        results[name] = float(np.abs(C - want).max(initial=0.0))
+    print(json.dumps(results))
+    """
+)
+
+
+def test_cuda_nnz_split_in_the_simulator_on_edge_matrices():
+    """The nonzero split (three launches: C = 0, the row search, the atomic accumulation) on
+    empty rows, zero nonzeros, one row, rectangular shapes, int64 indices and float64 values:
+    every row of C written, NaN-filled output included."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run(
+        [sys.executable, "-c", NNZ_SPLIT_DRIVER.format(tests=tests)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"},
+        timeout=600,
+        cwd=os.path.dirname(tests),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == 10
+    for name, err in results.items():
+        assert err < 1e-5, (name, err)
+
+
+def test_cuda_nnz_split_structure():
+    """Fused nonzero loop: atomic adds into C, no init inside the accumulation, three launches
+    in order (init, row search, accumulation), B read coalesced along threadIdx.x."""
+    kernel = cuda_kernel("spmm", "csr_cuda_nnz_split", 64)
+    text = kernel.source
+    assert text.index("if launch == 0:") < text.index("C[") < text.index("if launch == 1:")
+    assert text.index("lower_bound(J_indptr") < text.index("if launch == 2:") < text.index("cuda.atomic.add(C,")
+    assert len(kernel._ks.launches) == 3
+    assert kernel.launch_config(m=34, n=34, nnz=156) == ((34,), (256, 8))  # the largest over the launches
+    assert "atom.global.add.f32" in kernel.ptx(cc=(8, 0)) or "red.global.add.f32" in kernel.ptx(cc=(8, 0))
