@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sparsetir_py as sp
 
+from .common import bind_row_search, fuse_rows_and_nonzeros
+
 
 def csr_cpu_rows(sch: sp.Schedule) -> None:
     """Rows in parallel over CPU threads; the init of each nonzero moved out of the feature loop
@@ -38,9 +40,7 @@ def csr_cpu_rows_dot8(sch: sp.Schedule) -> None:
 
 
 def _fuse_rows_and_nonzeros(sch: sp.Schedule) -> None:
-    it = sch.get_sparse_iteration("sddmm")
-    i, j, _ = sch.get_sp_iters(it)
-    sch.sparse_fuse(it, [i, j])
+    fuse_rows_and_nonzeros(sch, "sddmm")
 
 
 def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
@@ -55,7 +55,8 @@ def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
 def csr_cuda_fused_warp(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
     """Fused (i, j) over nonzeros: `nnz_per_block` nonzeros per thread block on `threadIdx.y`,
     each nonzero's dot product over 32 lanes of a warp (`threadIdx.x`) reduced with
-    `shfl_down_sync` (the `warp_sum_32` intrinsic)."""
+    `shfl_down_sync` (the `warp_sum_32` intrinsic). The row search gets its own launch."""
+    bind_row_search(sch, "sddmm_fuse_search")
     ij, k = sch.get_loops(sch.get_block("sddmm0"))
     outer, inner = sch.split(ij, [None, nnz_per_block])
     sch.bind(outer, "blockIdx.x")
@@ -72,7 +73,9 @@ def csr_cuda_fused_rfactor(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
     nonzero's dot product split by 32 and factored (`rfactor`) over the 32 lanes of a warp
     (`threadIdx.x`): every lane sums its strided features in a register (the rf buffer, `local`,
     one element per thread after buffer compaction), then one `warp_sum_32` shuffle tree per
-    nonzero adds the 32 partial sums (`csr_cuda_fused_warp` shuffles once per 32 features)."""
+    nonzero adds the 32 partial sums (`csr_cuda_fused_warp` shuffles once per 32 features). The
+    row search gets its own launch."""
+    bind_row_search(sch, "sddmm_fuse_search")
     ij, k = sch.get_loops(sch.get_block("sddmm0"))
     k_outer, k_inner = sch.split(k, [None, 32])
     rf = sch.rfactor(k_inner, 1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sparsetir_py as sp
 
+from .common import bind_row_search, fuse_rows_and_nonzeros
+
 
 def csr_cpu_rows(sch: sp.Schedule) -> None:
     """Rows in parallel over CPU threads; each row accumulates its features in order.
@@ -46,9 +48,7 @@ def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
 
 
 def _fuse_rows_and_nonzeros(sch: sp.Schedule) -> None:
-    it = sch.get_sparse_iteration("csrmm")
-    i, j, _ = sch.get_sp_iters(it)
-    sch.sparse_fuse(it, [i, j])
+    fuse_rows_and_nonzeros(sch, "csrmm")
 
 
 def csr_cuda_nnz_split(sch: sp.Schedule, nnz_per_block: int = 8, threads: int = 32) -> None:
@@ -64,10 +64,7 @@ def csr_cuda_nnz_split(sch: sp.Schedule, nnz_per_block: int = 8, threads: int = 
     sch.bind(i, "blockIdx.x")
     _, k_inner = sch.split(k, [None, threads])
     sch.bind(k_inner, "threadIdx.x")
-    (p,) = sch.get_loops(sch.get_block("csrmm_fuse_search"))
-    p_outer, p_inner = sch.split(p, [None, 256])
-    sch.bind(p_outer, "blockIdx.x")
-    sch.bind(p_inner, "threadIdx.x")
+    bind_row_search(sch, "csrmm_fuse_search")
     block = sch.get_block("csrmm0")
     sch.annotate(block, "atomic", True)  # nonzeros of one row, in several threads, update one C[row, k]
     ij, k = sch.get_loops(block)

@@ -204,3 +204,21 @@ def test_cuda_nnz_split_structure():
     assert len(kernel._ks.launches) == 3
     assert kernel.launch_config(m=34, n=34, nnz=156) == ((34,), (256, 8))  # the largest over the launches
     assert "atom.global.add.f32" in kernel.ptx(cc=(8, 0)) or "red.global.add.f32" in kernel.ptx(cc=(8, 0))
+
+
+@pytest.mark.parametrize("op,name", [(op, n) for op, n in CUDA if "fused" in n or "nnz_split" in n])
+def test_fused_cuda_schedules_search_rows_in_their_own_bound_launch(op, name):
+    """A fused (i, j) iteration recovers each nonzero's row by a binary search over indptr. The
+    search must be spread over threads in a launch of its own, finished before any launch reads
+    the rows: left unbound, every thread would repeat the whole O(nnz log m) search."""
+    kernel = cuda_kernel(op, name, 64)
+    text = kernel.source
+    search = text.index("lower_bound(J_indptr")
+    starts = [text.index(f"if launch == {k}:") for k in range(len(kernel._ks.launches))]
+    assert len(starts) >= 2
+    bounds = [*starts, len(text)]
+    (own,) = [k for k in range(len(starts)) if bounds[k] < search < bounds[k + 1]]
+    body = text[bounds[own] : bounds[own + 1]]
+    assert "cuda.blockIdx.x" in body and "cuda.threadIdx.x" in body and "I_of_J[" in body
+    assert "I_of_J[" in text[bounds[own + 1] :]  # read by a later launch
+    assert "A[vi_j" in text or op == "spmm"  # the fused position indexes A directly (no indptr round trip)

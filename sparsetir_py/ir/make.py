@@ -52,7 +52,27 @@ def binop(op: str, a, b) -> PrimExpr:
         return IntImm(0, a.dtype)
     if op == "//" and cb == 1:
         return a
+    if op in ("+", "-") and dt.is_int(a.dtype):
+        cancelled = _cancel(op, a, b)
+        if cancelled is not None:
+            return cancelled
     return BinOp(op, a, b)
+
+
+def _cancel(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
+    """`a + (x - a)`, `(x - a) + a`, `(a + x) - a`, `(x + a) - a` -> `x` (integers: exact).
+    Fused iterators give such offsets (row start plus the position within the row)."""
+    if op == "+":
+        if isinstance(b, BinOp) and b.op == "-" and b.b == a and b.a.dtype == a.dtype:
+            return b.a
+        if isinstance(a, BinOp) and a.op == "-" and a.b == b and a.a.dtype == b.dtype:
+            return a.a
+    elif isinstance(a, BinOp) and a.op == "+" and a.dtype == b.dtype:
+        if a.a == b:
+            return a.b
+        if a.b == b:
+            return a.a
+    return None
 
 
 def add(a, b) -> PrimExpr:

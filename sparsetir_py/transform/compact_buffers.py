@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from ..arith.affine import DimId
 from ..arith.interval import from_affine, int_range, symbolic_range, to_affine
+from ..codegen.cuda import split_launches
 from ..ir import dtype as dt
 from ..ir import make as mk
 from ..ir.buffer import FlatBuffer
@@ -192,7 +193,7 @@ class _Walker:
 # ---------------------------------------------------------------- the function
 def _compact_function(func: PrimFunc, target: str) -> PrimFunc:
     cuda = target == "cuda"
-    launch = _launch_extents(func) if cuda else {}
+    launch: dict[str, int | None] = {}  # the launch sizes of the statement being compacted
 
     def site(stmt: Stmt, ctx: _Ctx) -> Stmt:
         """Compact the buffers allocated at `stmt` (inner allocations are done already)."""
@@ -242,26 +243,46 @@ def _compact_function(func: PrimFunc, target: str) -> PrimFunc:
             s = s.replace(body=go(s.body, ctx))
         return site(s, ctx)
 
-    func = func.replace(body=go(func.body, _Ctx()))
-    if cuda:
-        func = _move_function_level_locals(func, launch)
-    return func
+    if not cuda:
+        return func.replace(body=go(func.body, _Ctx()))
+    # Each launch (codegen/cuda.py: a top-level statement with bound loops) has its own sizes.
+    stmts = []
+    for group in split_launches(func.body):
+        launch = _launch_extents(seq(*group))
+        stmts.extend(go(st, _Ctx()) for st in group)
+    return _move_function_level_locals(func.replace(body=seq(*stmts)))
 
 
-def _move_function_level_locals(func: PrimFunc, launch: dict[str, int | None]) -> PrimFunc:
-    """Function-level `local` scratch -> a zero-filled `local` allocation around the kernel
-    body, when each thread's region is its own (see `_disjoint_per_thread`)."""
+def _move_function_level_locals(func: PrimFunc) -> PrimFunc:
+    """Function-level `local` scratch -> a zero-filled `local` allocation around the one
+    top-level statement that uses it, when each thread's region is its own (see
+    `_disjoint_per_thread`). Top-level statements may be separate launches (`codegen/cuda.py`),
+    and local memory does not outlive a launch: a buffer used by two of them stays where it is,
+    and the allocation wraps only its statement, so the launch split still sees the others."""
     for buf in func.buffers:
         if not (isinstance(buf, FlatBuffer) and buf.data is None and buf.scope == "local"):
             continue
-        plan = _plan(buf, [func.body], _Ctx(), True, launch, per_thread_check=True)
+        stmts = list(func.body.stmts) if isinstance(func.body, SeqStmt) else [func.body]
+        users = [k for k, st in enumerate(stmts) if _uses_buffer(st, buf)]
+        if len(users) != 1:
+            continue
+        (k,) = users
+        plan = _plan(buf, [stmts[k]], _Ctx(), True, _launch_extents(stmts[k]), per_thread_check=True)
         if plan is None:
             continue
         new_buf, rewrite = plan
         (extent,) = new_buf.shape
-        body = seq(_zero_fill(new_buf, extent), rewrite(func.body))
-        func = func.replace(buffers=tuple(b for b in func.buffers if b is not buf), body=Allocate(new_buf, body))
+        stmts[k] = Allocate(new_buf, seq(_zero_fill(new_buf, extent), rewrite(stmts[k])))
+        func = func.replace(buffers=tuple(b for b in func.buffers if b is not buf), body=seq(*stmts))
     return func
+
+
+def _uses_buffer(stmt: Stmt, buf: FlatBuffer) -> bool:
+    """Whether `stmt` accesses `buf` (loads, stores, regions, or as a call's buffer argument)."""
+    for n in walk(stmt):
+        if getattr(n, "buffer", None) is buf or (isinstance(n, Call) and any(a is buf for a in n.args)):
+            return True
+    return False
 
 
 def _zero_fill(buf: FlatBuffer, extent: IntImm) -> Stmt:
@@ -273,10 +294,11 @@ def _zero_fill(buf: FlatBuffer, extent: IntImm) -> Stmt:
     return For(v, IntImm(0, extent.dtype), extent, "serial", BufferStore(buf, (v,), zero))
 
 
-def _launch_extents(func: PrimFunc) -> dict[str, int | None]:
-    """CUDA tag -> the launch size along it (the largest extent bound to it), None if not constant."""
+def _launch_extents(stmt: Stmt) -> dict[str, int | None]:
+    """CUDA tag -> the launch size along it (the largest extent bound to it in `stmt`, one
+    launch), None if not constant."""
     out: dict[str, int | None] = {}
-    for n in walk(func.body):
+    for n in walk(stmt):
         if not (isinstance(n, For) and n.kind == "thread_binding" and n.thread in (*BLOCK_TAGS, *THREAD_TAGS)):
             continue
         value = n.extent.value if isinstance(n.extent, IntImm) else None

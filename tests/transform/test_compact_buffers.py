@@ -235,10 +235,24 @@ def f(a: T.handle):
         A[tx] = acc[tx + 1]
 """
 
+# Per-thread, but written in one launch and read in the next: local memory dies with its launch.
+ACROSS_LAUNCHES = """
+@T.prim_func
+def f(a: T.handle):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (32,), "float32")
+    acc = T.alloc_buffer((32,), "float32", scope="local")
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        acc[tx] = A[tx]
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        A[tx] = acc[tx] * T.float32(2)
+"""
+
 
 @pytest.mark.parametrize(
     ("text", "target"),
     [
+        (ACROSS_LAUNCHES, "cuda"),
         (INDEX_FROM_MEMORY, "cpu"),
         (SYMBOLIC_EXTENT, "cpu"),
         (SEARCHED, "cpu"),
@@ -247,6 +261,7 @@ def f(a: T.handle):
         (REGISTER_BEFORE, "cpu"),
     ],
     ids=[
+        "used_by_two_launches",
         "index_from_memory",
         "symbolic_extent",
         "searched_by_lower_bound",
@@ -358,3 +373,32 @@ def test_compacted_kernels_in_the_cuda_simulator():
             assert value, name
         else:
             assert value < 1e-4, (name, value)
+
+
+MOVED_AROUND_ITS_LAUNCH = """
+@T.prim_func
+def f(a: T.handle, b: T.handle):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (32,), "float32")
+    B = T.match_buffer(b, (64,), "float32")
+    acc = T.alloc_buffer((32,), "float32", scope="local")
+    for bx in T.thread_binding(2, thread="blockIdx.x"):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            B[bx * 32 + tx] = T.float32(1)
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        acc[tx] = A[tx]
+        A[tx] = acc[tx] * B[tx]
+"""
+
+
+def test_a_moved_local_wraps_only_the_statement_that_uses_it():
+    """The launch split (one launch per top-level statement with bound loops) must still see
+    both statements after the buffer moves into the kernel: the allocation wraps the second only."""
+    from sparsetir_py.codegen.cuda import split_launches
+
+    out = compact_buffers(parse(MOVED_AROUND_ITS_LAUNCH), "cuda")["main"]
+    assert [b.name for b in out.buffers if b.data is None] == []
+    assert len(split_launches(out.body)) == 2
+    first, second = out.body.stmts
+    assert isinstance(second, sp.ir.Allocate) and second.buffer.shape[0].value == 1
+    assert not isinstance(first, sp.ir.Allocate)
