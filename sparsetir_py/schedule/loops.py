@@ -27,10 +27,20 @@ from ..errors import ScheduleError
 from ..ir import make as mk
 from ..ir.expr import BinOp, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
-from ..ir.stmt import THREAD_TAGS, Block, For, IfThenElse
+from ..ir.stmt import THREAD_TAGS, Block, For, IfThenElse, SeqStmt, Stmt
 from ..ir.visit import substitute, walk
 from .regions import prove_le
-from .state import NameGen, blocks_under, facts, find_loop, loop_path, replace_loop, replace_stmt, uses_var
+from .state import (
+    NameGen,
+    blocks_under,
+    facts,
+    find_loop,
+    loop_path,
+    replace_loop,
+    replace_stmt,
+    show_expr,
+    uses_var,
+)
 
 BINDABLE = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -54,7 +64,8 @@ def _serial_unbound(loop: For, primitive: str) -> None:
 def _starts_at_zero(loop: For, primitive: str) -> None:
     if not (isinstance(loop.min, IntImm) and loop.min.value == 0):
         raise ScheduleError(
-            f"in `{primitive}`: expected a loop starting at 0, but `{loop.loop_var.name}` starts at {loop.min}"
+            f"in `{primitive}`: expected a loop starting at 0, but `{loop.loop_var.name}` starts at "
+            f"{show_expr(loop.min)}"
         )
 
 
@@ -122,7 +133,8 @@ def bind(func: PrimFunc, loop: Var, thread: str) -> PrimFunc:
     """Bind a loop to a GPU thread axis (`blockIdx.x/y/z`, `threadIdx.x/y/z`).
 
     It requires: a serial, unannotated loop starting at 0 that carries no reduction (unless the
-    reduction's block is annotated "atomic"); one of the six tags.
+    reduction's block is annotated "atomic"); one of the six tags, which no loop around or
+    inside this one is bound to already.
 
     Before: `for i in T.serial(m):`    `bind(f, i, "blockIdx.x")`
     After: `for i in T.thread_binding(m, thread="blockIdx.x"):`
@@ -130,7 +142,17 @@ def bind(func: PrimFunc, loop: Var, thread: str) -> PrimFunc:
     if thread not in BINDABLE:
         raise ScheduleError(f"in `bind`: expected one of {', '.join(BINDABLE)}, but got {thread!r}")
     assert thread in THREAD_TAGS
-    _starts_at_zero(find_loop(func, loop, "bind"), "bind")
+    path = loop_path(func, loop, "bind")
+    _starts_at_zero(path[-1], "bind")
+    _serial_unbound(path[-1], "bind")
+    nested = [*path[:-1], *walk(path[-1].body)]
+    clash = next((f for f in nested if isinstance(f, For) and f.thread == thread), None)
+    if clash is not None:
+        # One thread index cannot enumerate two nested loops.
+        raise ScheduleError(
+            f"in `bind`: expected no loop bound to {thread} around or inside `{loop.name}`, but "
+            f"`{clash.loop_var.name}` is"
+        )
     return _set_kind(func, loop, "thread_binding", "bind", thread)
 
 
@@ -150,10 +172,13 @@ def split(func: PrimFunc, loop: Var, factors: Sequence) -> tuple[PrimFunc, list[
 
     It requires: a serial or parallel loop starting at 0; at least two factors, positive, at most
     one `None` (inferred as the ceiling division of the extent by the product of the others);
-    when the extent and all factors are constants, a product that covers the extent.
+    without a `None`, a product that provably covers the extent (index analysis must show
+    `extent <= product`; a symbolic extent needs a `None` factor).
 
-    A guard (`T.where` on the block right below, or an `if`) keeps out the iterations past the
-    extent, unless index analysis (`sparsetir_py.arith`) proves that none exist.
+    A guard keeps out the iterations past the extent, unless index analysis
+    (`sparsetir_py.arith`) proves that none exist: a `T.where` on every block under the loop (as
+    TVM), or an `if` around the body when a statement there is outside every block or a loop
+    there has a range that uses the split loop.
 
     Parameters: `loop` the loop variable, `factors` the new extents. Returns the new function and
     the new loop variables, `k_outer`/`k_inner` for two factors, `k_0`, `k_1`, ... otherwise.
@@ -201,10 +226,11 @@ def split(func: PrimFunc, loop: Var, factors: Sequence) -> tuple[PrimFunc, list[
         if isinstance(target.extent, IntImm) and isinstance(product, IntImm):
             inferred = IntImm(-(-target.extent.value // product.value), dtype)
         known[known.index(None)] = inferred
-    elif isinstance(target.extent, IntImm) and isinstance(product, IntImm) and product.value < target.extent.value:
+    elif not prove_le(target.extent, product, facts(path[:-1])):
+        # Without an inferred factor, iterations past the product would silently be dropped.
         raise ScheduleError(
-            f"in `split`: expected factors whose product covers the extent {target.extent.value} of "
-            f"`{loop.name}`, but got {factors!r}"
+            f"in `split`: expected factors whose product covers the extent {show_expr(target.extent)} of "
+            f"`{loop.name}` (or one None factor), but got {factors!r}"
         )
     names = NameGen(func)
     bases = (
@@ -225,11 +251,8 @@ def split(func: PrimFunc, loop: Var, factors: Sequence) -> tuple[PrimFunc, list[
         body = substitute(f.body, {loop: fused})
         if not exact:
             cond = mk.cmp("<", fused, target.extent)
-            if isinstance(body, Block):
-                pred = cond if body.predicate is None else BinOp("and", body.predicate, cond)
-                body = body.replace(predicate=pred)
-            else:
-                body = IfThenElse(cond, body)
+            guarded = _guard_blocks(body, cond, new_vars)
+            body = IfThenElse(cond, body) if guarded is None else guarded
         for k in range(len(new_vars) - 1, -1, -1):
             kind = target.kind if k == 0 else "serial"
             annotations = target.annotations if k == 0 else type(target.annotations)()
@@ -237,6 +260,22 @@ def split(func: PrimFunc, loop: Var, factors: Sequence) -> tuple[PrimFunc, list[
         return body
 
     return replace_loop(func, loop, rebuild), new_vars
+
+
+def _guard_blocks(body: Stmt, cond: PrimExpr, new_vars: list[Var]) -> Stmt | None:
+    """`body` with `cond` added to the predicate (`T.where`) of each block under it, as TVM's
+    split does, so that primitives reading block predicates (decompose_reduction, rfactor) see the
+    guard. None when some statement would run unguarded: one outside every block, or a loop
+    whose range uses the split loops (it could read out of range before the block's test)."""
+    if isinstance(body, Block):
+        return body.replace(predicate=cond if body.predicate is None else BinOp("and", body.predicate, cond))
+    if isinstance(body, For) and not uses_var(BinOp("+", body.min, body.extent), new_vars):
+        inner = _guard_blocks(body.body, cond, new_vars)
+        return None if inner is None else body.replace(body=inner)
+    if isinstance(body, SeqStmt) and body.stmts:
+        parts = [_guard_blocks(s, cond, new_vars) for s in body.stmts]
+        return None if any(p is None for p in parts) else body.replace(stmts=tuple(parts))
+    return None
 
 
 def _distinct(loops: Sequence[Var], primitive: str) -> None:

@@ -295,6 +295,11 @@ def _zero(e: PrimExpr) -> PrimExpr:
 
 
 # ---------------------------------------------------------------- showing
+def show_expr(e: PrimExpr) -> str:
+    """An expression as the script writes it (`feat - 1`), for error messages."""
+    return ScriptPrinter().expr(e)
+
+
 def fragment(func: PrimFunc, target: str | Var, *, regions: bool = False) -> str:
     """The script text of one block (by name) or loop (by variable) of `func`, for docs and errors.
 

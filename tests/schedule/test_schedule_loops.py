@@ -88,7 +88,7 @@ def test_fail_unknown_block(csrmm2):
 
 
 # ---------------------------------------------------------------- split
-@pytest.mark.parametrize("factors", [[None, 4], [2, None], [None, 2, 2], [3, 5]])
+@pytest.mark.parametrize("factors", [[None, 4], [2, None], [None, 2, 2], [3, None, 5]])
 def test_split_with_guard(csrmm2, factors):
     """feat is symbolic: no factor is known to divide it, so the block gets a `T.where`."""
     sch = VerifyingSchedule(csrmm2)
