@@ -222,3 +222,22 @@ def test_fused_cuda_schedules_search_rows_in_their_own_bound_launch(op, name):
     assert "cuda.blockIdx.x" in body and "cuda.threadIdx.x" in body and "I_of_J[" in body
     assert "I_of_J[" in text[bounds[own + 1] :]  # read by a later launch
     assert "A[vi_j" in text or op == "spmm"  # the fused position indexes A directly (no indptr round trip)
+
+
+def test_rfactor_write_back_stores_once_from_lane_zero():
+    """The warp-sum write-back of `csr_cuda_fused_rfactor` is the whole reduction: it writes
+    `init + sum` from lane 0 only, not an init store in all 32 lanes plus lane 0's update (two
+    unordered writes to one address)."""
+    from sparsetir_py.ir.stmt import BufferStore, IfThenElse
+    from sparsetir_py.ir.visit import walk
+
+    name = "csr_cuda_fused_rfactor"
+    schedule = sddmm_schedules.SCHEDULES[name]
+    sch = sp.Schedule(sddmm_script())
+    schedule.stage1(sch)
+    sch = sp.Schedule(sp.lower_sparse_iter(sch.mod))
+    schedule(sch)
+    block = next(n for n in walk(sch.mod["main"].body) if isinstance(n, sp.ir.Block) and n.name == "sddmm0")
+    guarded = {id(s) for n in walk(block.body) if isinstance(n, IfThenElse) for s in walk(n.then_case)}
+    stores = [n for n in walk(block.body) if isinstance(n, BufferStore) and n.buffer.name == "C"]
+    assert len(stores) == 1 and id(stores[0]) in guarded and block.init is None

@@ -83,6 +83,10 @@ class Match:
     - `operands`: description buffer name -> the matched expression (of `lane_iter.var`).
     - `guarded`: iterations where `lane_iter` reaches its extent must contribute nothing (the
       block had a split guard that depends on the loop).
+    - `init_value`: when the loop is the block's whole reduction and the block initialises the
+      accumulator (`C[vi, vj] = c`), `c`: the result is stored as `c + sum` in one write instead
+      of an init store and an update (on CUDA the init would run in every lane while one lane
+      adds the sum: two unordered writes to one address).
     """
 
     intrin: TensorIntrin
@@ -94,6 +98,7 @@ class Match:
     accumulator: BufferLoad
     operands: Mapping[str, PrimExpr]
     guarded: bool
+    init_value: PrimExpr | None = None
 
     @property
     def dtype(self) -> str:
@@ -123,9 +128,9 @@ class Match:
         return value if cond is None else Select(cond, value, zero(value.dtype))
 
     def accumulate(self, value: PrimExpr) -> Stmt:
-        """`ACC = ACC + value`, written to the matched accumulator."""
+        """`ACC = ACC + value` (or `ACC = init_value + value`), written to the matched accumulator."""
         acc = self.accumulator
-        return BufferStore(acc.buffer, acc.indices, acc + value)
+        return BufferStore(acc.buffer, acc.indices, (acc if self.init_value is None else self.init_value) + value)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ inside that block.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ..errors import ScheduleError
@@ -125,7 +126,14 @@ def tensorize(func: PrimFunc, loop: Var | str, intrin_name: str, target: str | N
             predicate = mk.and_(predicate, conjunct)
     body, init = impl.build(m), block.init
     if init is not None and not any(iv.kind == "R" for iv in iter_vars):
-        body, init = seq(init, body), None  # no reduction left outside: init once, then accumulate
+        # No reduction left outside: the result is init + sum, written once when the init stores
+        # into the accumulator itself (else: init first, then accumulate).
+        acc = m.accumulator
+        if isinstance(init, BufferStore) and init.buffer is acc.buffer and init.indices == acc.indices:
+            body = impl.build(dataclasses.replace(m, init_value=init.value))
+        else:
+            body = seq(init, body)
+        init = None
     new = block.replace(iter_vars=tuple(iter_vars), predicate=predicate, body=body, init=init)
     reads, writes = block_regions(new)
     new = new.replace(reads=reads, writes=writes)

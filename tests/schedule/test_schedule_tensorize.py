@@ -244,9 +244,9 @@ def test_dot_via_block_handle_and_float64():
     run_sddmm(kernel, random_csr(6, 5, 0.5, 2, "int64", "float64"), 8)
 
 
-def test_dot_whole_loop_moves_init_into_body():
-    """Tensorizing the whole reduction (extent = width): no reduction iterator is left, so the init
-    becomes the first statement of the block's body, once per spatial point."""
+def test_dot_whole_loop_folds_init_into_the_one_store():
+    """Tensorizing the whole reduction (extent = width): no reduction iterator is left, so the
+    block stores `init + sum` once per spatial point (no init store, no read of C)."""
     mod = sp.lower_sparse_iter(sddmm_script().specialize({"feat": 4}))
     sch = Schedule(mod)
     _, k = sch.get_loops(sch.get_block("sddmm1"))
@@ -254,6 +254,9 @@ def test_dot_whole_loop_moves_init_into_body():
     check(sch, mod)
     block = block_named(sch.mod["main"], "sddmm1")
     assert block.init is None and all(iv.kind == "S" for iv in block.iter_vars)
+    assert isinstance(block.body, sp.ir.BufferStore) and block.body.buffer.name == "C"
+    assert block.body.value.a == sp.ir.FloatImm(0.0, "float32")
+    assert not any(isinstance(n, sp.ir.BufferLoad) and n.buffer.name == "C" for n in walk(block.body))
     run_sddmm(sp.build(sp.lower_sparse_buffer(sch.mod), target="cpu"), random_csr(6, 5, 0.5, 4), 4)
 
 
