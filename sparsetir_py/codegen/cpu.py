@@ -62,7 +62,7 @@ class CPURenderer(Renderer):
         if chunk is None:
             super().stmt_for(s)
             return
-        if not isinstance(chunk, int) or chunk <= 0:
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
             raise CodegenError(f"in `build`: chunk_size of loop `{s.loop_var.name}` must be a positive int")
         saved = f"chunk_{self.names.get(s.loop_var, s.loop_var.name)}"
         self.line(f"{saved} = numba.set_parallel_chunksize({chunk})")

@@ -1,7 +1,10 @@
 """Annotation primitives: annotate and unannotate blocks and loops.
 
 Annotations are plain key/value pairs (`T.block_attr({...})` on a block, `annotations={...}` on a
-loop) that later passes and code generation read. One key has a meaning here:
+loop) that later passes and code generation read. Two keys have a meaning here:
+
+`"chunk_size"` on a loop (a positive int) is read by the CPU code generator: a parallel loop
+hands out its iterations in chunks of that size.
 
 `"atomic"` on a block (value True) says that several threads may update the block's output at
 once. `annotate` rewrites the block's update `C[...] = C[...] + e` into `T.atomic_add(C[...], e)`
@@ -66,6 +69,8 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
     It requires: a known block or loop; a non-empty string key; a str, int, float or bool value
     (or a tuple of them). For `"atomic"` (blocks only, value True): a block without `T.init()`
     whose body is one update `C[...] = C[...] + e`, which becomes `T.atomic_add(C[...], e)`.
+    For `"chunk_size"` (loops only): a positive int (on the CPU a parallel loop hands out its
+    iterations in chunks of that size).
 
     Before (after `decompose_reduction(f, "csrmm1", j)`):
         with T.block("csrmm1"):
@@ -95,6 +100,8 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
     _check_value(key, value, primitive)
     if isinstance(target, str):
         block = find_block(func, target, primitive)
+        if key == "chunk_size":
+            raise ScheduleError(f'in `{primitive}`: expected a loop for "chunk_size", but got block `{target}`')
         if key == "atomic":
             if value is not True:
                 raise ScheduleError(f'in `{primitive}`: expected True for "atomic", but got {value!r}')
@@ -105,6 +112,9 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
     loop = find_loop(func, target, primitive)
     if key == "atomic":
         raise ScheduleError(f'in `{primitive}`: expected a block for "atomic", but got loop `{loop.loop_var.name}`')
+    if key == "chunk_size" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        # Checked here, not first by the code generator at build time.
+        raise ScheduleError(f'in `{primitive}`: expected a positive int for "chunk_size", but got {value!r}')
     return replace_loop(func, target, lambda f: f.replace(annotations=FrozenDict({**f.annotations, key: value})))
 
 

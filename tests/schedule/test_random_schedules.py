@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 
 import corpus
 import numpy as np
@@ -544,3 +545,28 @@ def test_decompose_reduction_keeps_an_if_guard():
     sch.decompose_reduction(sch.get_block("sddmm1"), j_inner)
     A = small_matrices("int32", "float32")[-1]  # row lengths that are not multiples of 4
     check_result("sddmm", lambda **kw: sp.interpret(sch.mod["main"], **kw), A, feat=5, seed=0)
+
+
+@pytest.mark.parametrize("value", [0, -4, 2.5, "x", True])
+def test_annotate_fail_chunk_size_not_a_positive_int(value):
+    """An invalid "chunk_size" used to be accepted by annotate and fail only in `sp.build` (a
+    CodegenError), or, for True, to build as a chunk of 1."""
+    sch = sp.Schedule(lowered("spmm"))
+    (i,) = sch.get_loops(sch.get_block("csrmm0"))
+    sch.parallel(i)
+    unchanged(
+        sch,
+        lambda: sch.annotate(i, "chunk_size", value),
+        f'in `annotate`: expected a positive int for "chunk_size", but got {re.escape(repr(value))}',
+    )
+    b0 = sch.get_block("csrmm0")
+    unchanged(
+        sch,
+        lambda: sch.annotate(b0, "chunk_size", 4),
+        'in `annotate`: expected a loop for "chunk_size", but got block `csrmm0`',
+    )
+    sch.annotate(i, "chunk_size", 3)
+    check_replay(sch, lowered("spmm"))
+    kernel = cpu_kernel(sch.mod)
+    assert "set_parallel_chunksize(3)" in kernel.source
+    check_result("spmm", kernel, small_matrices("int32", "float32")[-1], feat=5, seed=0)
