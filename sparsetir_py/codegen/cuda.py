@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 from ..errors import CodegenError
 from ..ir.buffer import FlatBuffer
-from ..ir.expr import PrimExpr, Var
-from ..ir.stmt import AtomicAdd, For, SeqStmt, Stmt, seq
+from ..ir.expr import Call, PrimExpr, Var
+from ..ir.stmt import AtomicAdd, BufferStore, For, SeqStmt, Stmt, seq
 from ..ir.visit import walk
 from . import cuda_warp
 from .base import LAUNCH_TAGS, Intrin, KernelParam, Renderer, const_int, is_launch_computable
@@ -99,6 +99,7 @@ class CUDARenderer(Renderer):
             for loops in tag_loops.values():
                 self.guarded.update(id(loop) for loop in self._loops_needing_guards(loops))
             self.part_loops.append(tag_loops)
+            _check_atomic_ordering(part)
 
     def _check_bound_loop(self, node: For) -> None:
         if const_int(node.min) != 0:
@@ -193,6 +194,26 @@ class CUDARenderer(Renderer):
         self.use("numba")
         dtype = "numba.boolean" if buf.dtype == "bool" else f"numba.{buf.dtype}"
         return f"cuda.{buf.scope}.array({size}, {dtype})"
+
+
+def _check_atomic_ordering(part: list[Stmt]) -> None:
+    """A launch that both stores plainly into a buffer (an init) and adds into it atomically,
+    with no barrier at all, races: other threads may add before a thread's store, or a thread's
+    store may land after their adds. The init belongs in a launch of its own (a top-level nest,
+    e.g. what lowering makes for a fused spatial+reduction iteration) or before a
+    `T.syncthreads()`. (With a barrier, ordering across thread blocks stays the schedule
+    writer's responsibility: no barrier spans blocks.)"""
+    nodes = list(walk(seq(*part)))
+    if any(isinstance(n, Call) and n.op == "syncthreads" for n in nodes):
+        return
+    atomic = {id(n.buffer): n.buffer for n in nodes if isinstance(n, AtomicAdd)}
+    for n in nodes:
+        if isinstance(n, BufferStore) and id(n.buffer) in atomic:
+            raise CodegenError(
+                f"in `build`: one CUDA launch stores into `{n.buffer.name}` and adds into it atomically with no "
+                "barrier between (other threads may add before the store, or after it be overwritten); move the "
+                "store (the init) to a top-level nest of its own, which is its own launch, or add T.syncthreads()"
+            )
 
 
 def split_launches(body: Stmt) -> list[list[Stmt]]:

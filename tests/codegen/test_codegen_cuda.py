@@ -368,3 +368,48 @@ def test_virtual_threads_are_serial_loops():
         "for v in range(2):  # vthread: a serial loop\n        for t in range(4):  # threadIdx.x"
         in render(func, "cpu").source
     )
+
+
+def _row_split_atomic_csrmm(sch: sp.Schedule) -> None:
+    """Rows to blocks, each row's nonzeros across threadIdx.y with atomic adds, the init
+    decomposed out of the reduction but left in the same launch (outside the thread loops)."""
+    (i,) = sch.get_loops(sch.get_block("csrmm0"))
+    block = sch.get_block("csrmm1")
+    j, _ = sch.get_loops(block)
+    sch.decompose_reduction(block, j)
+    sch.annotate(block, "atomic", True)
+    sch.bind(i, "blockIdx.x")
+    _, j_inner = sch.split(j, [None, 4])
+    sch.bind(j_inner, "threadIdx.y")
+
+
+def test_init_and_atomic_adds_in_one_launch_without_a_barrier_is_an_error():
+    mod = sp.lower_sparse_iter(sp.ops.spmm_script().specialize({"feat": 8}))
+    sch = sp.Schedule(mod)
+    _row_split_atomic_csrmm(sch)
+    stage3 = sp.lower_sparse_buffer(sch.mod)
+    with pytest.raises(sp.CodegenError, match="stores into `C` and adds into it atomically with no barrier"):
+        render(stage3["main"], "cuda")
+    render(stage3["main"], "cpu")  # one thread per row on the CPU: no such race
+
+
+def test_init_and_atomic_adds_separated_by_a_barrier_are_accepted():
+    text = """
+from sparsetir_py import script as T
+
+
+@T.prim_func
+def f(a: T.handle, c: T.handle):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (64,), "float32")
+    C = T.match_buffer(c, (2,), "float32")
+    for bx in T.thread_binding(2, thread="blockIdx.x"):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            if tx == 0:
+                C[bx] = T.float32(0)
+        T.evaluate(T.syncthreads())
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            T.atomic_add(C[bx], A[bx * 32 + tx])
+"""
+    source = render(sp.from_script(text), "cuda").source
+    assert "cuda.syncthreads()" in source and "cuda.atomic.add(C, bx, A[bx * 32 + tx_1])" in source
