@@ -330,7 +330,8 @@ def test_random_schedules_interpreted(op, data):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), idtype=st.sampled_from(["int32", "int64"]), dtype=st.sampled_from(["float32", "float64"]))
 def test_random_schedules_cpu_kernel(op, data, idtype, dtype):
-    """The CPU kernel of a random schedule equals scipy on edge-case and random matrices."""
+    """The CPU kernel of a random schedule (also through `sp.compile` with the printed trace as
+    its schedule) equals scipy on edge-case and random matrices."""
     mod = lowered(op, idtype, dtype)
     tester = RandomScheduler(data, mod)
     sch = tester.run(data.draw(st.integers(2, 8), label="steps"))
@@ -339,6 +340,9 @@ def test_random_schedules_cpu_kernel(op, data, idtype, dtype):
     with tester.explained():
         check_replay(sch, mod)
         kernel = cpu_kernel(sch.mod)
+        # The printed trace as the schedule of `sp.compile` generates the same kernel.
+        replayed = sp.compile(OPS[op](idtype, dtype), "cpu", schedule=lambda s: exec(sch.trace.as_python(), {"sch": s}))
+        assert replayed.source == kernel.source
         for k, M in enumerate([*small_matrices(idtype, dtype), A]):
             check_result(op, kernel, M, feat=feat, seed=k)
 
