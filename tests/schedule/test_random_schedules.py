@@ -574,3 +574,22 @@ def test_annotate_fail_chunk_size_not_a_positive_int(value):
     kernel = cpu_kernel(sch.mod)
     assert "set_parallel_chunksize(3)" in kernel.source
     check_result("spmm", kernel, small_matrices("int32", "float32")[-1], feat=5, seed=0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reduction.rfactor of a block's only reduction loop gives an rf block with T.init() and no "
+    "reduction iterator, which sp.verify rejects (BlockError)",
+)
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_rfactor_of_the_only_reduction_loop(op):
+    """rfactor either refuses (ScheduleError) or gives a valid function that computes the same."""
+    mod = lowered(op)
+    sch = sp.Schedule(mod)
+    j, k = sch.get_loops(sch.get_block(f"{sch.func.name}1"))
+    try:
+        sch.rfactor(j if op == "spmm" else k, 0)
+    except sp.ScheduleError:
+        return
+    check_replay(sch, mod)
+    check_result(op, lambda **kw: sp.interpret(sch.mod["main"], **kw), small_matrices("int32", "float32")[-1], 5, 0)
