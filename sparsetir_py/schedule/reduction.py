@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..errors import ScheduleError
 from ..ir import make as mk
 from ..ir.buffer import FlatBuffer
-from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Var, const
+from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, UnaryOp, Var, const
 from ..ir.func import PrimFunc
 from ..ir.stmt import Block, BufferStore, For, IfThenElse, IterVar, SeqStmt, Stmt, seq
 from ..ir.structural_equal import structural_equal
@@ -203,6 +203,8 @@ def decompose_reduction(func: PrimFunc, block: str, loop: Var) -> tuple[PrimFunc
     dropped = [f for f in chain if not _related(f, s_ivs)]
     env = facts(path[: path.index(chain[0])])
 
+    guards = _path_guards(path, chain[0], kept, dropped, blk, primitive)
+
     def init_nest(names: NameGen) -> tuple[Stmt, str]:
         mapping = _copy_loops(kept, names, "_init", primitive, dropped)
         new_ivs = [
@@ -210,6 +212,8 @@ def decompose_reduction(func: PrimFunc, block: str, loop: Var) -> tuple[PrimFunc
             for iv in s_ivs
         ]
         pred = _spatial_predicate(blk, kept, dropped, mapping, new_ivs, env, primitive)
+        for g in guards:  # the `if`s between `loop` and the block guard the init as well
+            pred = mk.and_(pred, substitute(g, mapping))
         body = substitute(blk.init, {iv.var: n.var for iv, n in zip(s_ivs, new_ivs)})
         name = names.block(blk.name + "_init")
         return _nest(kept, mapping, Block(name, tuple(new_ivs), (), (), body, predicate=pred)), name
@@ -221,6 +225,30 @@ def decompose_reduction(func: PrimFunc, block: str, loop: Var) -> tuple[PrimFunc
     nest, init_name = init_nest(NameGen(out))
     target = loop_path(out, loop, primitive)[-1]
     return annotate_regions(replace_stmt(out, target, seq(nest, target))), init_name
+
+
+def _path_guards(
+    path: list[Stmt], top: For, kept: list[For], dropped: list[For], blk: Block, primitive: str
+) -> list[PrimExpr]:
+    """The conditions of the `if`s between loop `top` and the block (negated in an else branch),
+    which guard the init too. One over dropped (reduction) loops only limits reduction steps and
+    is left out, as the init runs for every spatial point; one mixing both kinds is refused."""
+    gone = [f.loop_var for f in dropped]
+    kept_vars = [f.loop_var for f in kept]
+    out: list[PrimExpr] = []
+    start = next(k for k, st in enumerate(path) if st is top)
+    for st, below in zip(path[start:], path[start + 1 :]):
+        if not isinstance(st, IfThenElse):
+            continue
+        if uses_var(st.condition, gone):
+            if uses_var(st.condition, kept_vars):
+                raise ScheduleError(
+                    f"in `{primitive}`: expected no `if` between the loop and `{blk.name}` whose condition mixes "
+                    "spatial and reduction loops, but one does"
+                )
+            continue
+        out.append(st.condition if below is st.then_case else UnaryOp("not", st.condition))
+    return out
 
 
 def _redundant_guard(func: PrimFunc, loop: Var, nest: Stmt) -> Stmt | None:
@@ -406,13 +434,17 @@ def rfactor(func: PrimFunc, loop: Var, factor_axis: int) -> tuple[PrimFunc, str]
     rf_idx = rf_index([iv.var for iv in s_ivs], factor)
     zero = const(0, buf.dtype)
     rf_name = names.block(blk.name + "_rf")
+    update = BufferStore(rf_buf, rf_idx, BinOp("+", BufferLoad(rf_buf, rf_idx), substitute(e, r_subst)))
+    rf_init: Stmt | None = BufferStore(rf_buf, rf_idx, zero)
+    if len(red_loops) == 1:  # `loop` was the only reduction loop: each partial is one term
+        update, rf_init = BufferStore(rf_buf, rf_idx, substitute(e, r_subst)), None
     rf_block = Block(
         rf_name,
         (*s_ivs, *loop_ivs.values()),
         (),
         (),
-        BufferStore(rf_buf, rf_idx, BinOp("+", BufferLoad(rf_buf, rf_idx), substitute(e, r_subst))),
-        BufferStore(rf_buf, rf_idx, zero),
+        update,
+        rf_init,
         predicate=blk.predicate,
         annotations=blk.annotations,
     )

@@ -517,11 +517,6 @@ def test_split_guard_stays_an_if_around_a_loop_that_uses_the_split_loop():
     np.testing.assert_array_equal(C, np.tril(2 * A))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reduction.decompose_reduction ignores an `if` guard between the chosen loop and the block: "
-    "the init block is emitted without it and stores past the end of the row",
-)
 def test_decompose_reduction_keeps_an_if_guard():
     """SDDMM with `j` split by hand and guarded by an `if` around the `k` loop (the form split
     used to emit): the init block of decompose_reduction at `j_inner` must be guarded too."""
@@ -551,6 +546,39 @@ def test_decompose_reduction_keeps_an_if_guard():
     check_result("sddmm", lambda **kw: sp.interpret(sch.mod["main"], **kw), A, feat=5, seed=0)
 
 
+def test_decompose_reduction_guards_spatial_ifs_and_refuses_mixed_ones():
+    """An `if` over reduction loops only limits reduction steps: the init (for every spatial point)
+    ignores it. One that mixes a spatial and a reduction loop cannot guard the init: refused."""
+    mod = lowered("sddmm")
+    body = """
+        for i in T.serial(m):
+            with T.block("sddmm0"):
+                vi = T.axis.spatial(m, i)
+                for j in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
+                    for k in T.serial(feat):
+                        if {cond}:
+                            with T.block("sddmm1"):
+                                vj = T.axis.spatial(J_indptr[vi + 1] - J_indptr[vi], j)
+                                vk = T.axis.reduce(feat, k)
+                                with T.init():
+                                    C[vi, vj] = T.float32(0.0)
+                                C[vi, vj] = C[vi, vj] + A[vi, vj] * X[vi, vk] * Y[J_indices[vi, vj], vk]
+        """
+    reduction_only = sp.Schedule(stage2(mod, body.format(cond="k < feat")))
+    j, _ = reduction_only.get_loops(reduction_only.get_block("sddmm1"))
+    reduction_only.decompose_reduction(reduction_only.get_block("sddmm1"), j)
+    A = small_matrices("int32", "float32")[-1]
+    check_result("sddmm", lambda **kw: sp.interpret(reduction_only.mod["main"], **kw), A, feat=5, seed=0)
+    mixed = sp.Schedule(stage2(mod, body.format(cond="j + k < feat + 100")))
+    block = mixed.get_block("sddmm1")
+    j, _ = mixed.get_loops(block)
+    unchanged(
+        mixed,
+        lambda: mixed.decompose_reduction(block, j),
+        "in `decompose_reduction`: expected no `if` between the loop and `sddmm1` whose condition mixes",
+    )
+
+
 @pytest.mark.parametrize("value", [0, -4, 2.5, "x", True])
 def test_annotate_fail_chunk_size_not_a_positive_int(value):
     """An invalid "chunk_size" used to be accepted by annotate and fail only in `sp.build` (a
@@ -576,20 +604,16 @@ def test_annotate_fail_chunk_size_not_a_positive_int(value):
     check_result("spmm", kernel, small_matrices("int32", "float32")[-1], feat=5, seed=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reduction.rfactor of a block's only reduction loop gives an rf block with T.init() and no "
-    "reduction iterator, which sp.verify rejects (BlockError)",
-)
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_rfactor_of_the_only_reduction_loop(op):
-    """rfactor either refuses (ScheduleError) or gives a valid function that computes the same."""
+    """rfactor of a block's only reduction loop: each partial is one term, so the rf block has no
+    init (an init without a reduction iterator is invalid); the function verifies, replays and
+    computes the same."""
     mod = lowered(op)
     sch = sp.Schedule(mod)
     j, k = sch.get_loops(sch.get_block(f"{sch.func.name}1"))
-    try:
-        sch.rfactor(j if op == "spmm" else k, 0)
-    except sp.ScheduleError:
-        return
+    sch.rfactor(j if op == "spmm" else k, 0)
+    (rf,) = [n for n in walk(sch.mod["main"].body) if isinstance(n, Block) and n.name.endswith("1_rf")]
+    assert rf.init is None
     check_replay(sch, mod)
     check_result(op, lambda **kw: sp.interpret(sch.mod["main"], **kw), small_matrices("int32", "float32")[-1], 5, 0)
