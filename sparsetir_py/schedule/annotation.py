@@ -12,8 +12,10 @@ right away, so the IR says what the kernel does (and the interpreter runs it); a
 `parallel` and `bind` accept loops that carry the block's reduction. The block must have no
 `T.init()` (a thread would re-initialise what others accumulate into): `decompose_reduction`
 first, which puts the init in its own block before the reduction loops. On CUDA the init block
-must also finish before other threads add (a barrier, or a separate launch); that ordering is
-the schedule writer's responsibility.
+must also finish before other threads add: a launch of its own (a top-level nest, which code
+generation launches separately) or a `T.syncthreads()` between; the CUDA build refuses a launch
+that both stores into a buffer and adds into it atomically with no barrier. (Across thread
+blocks a barrier does not help: there the init must be its own launch.)
 """
 
 from __future__ import annotations
