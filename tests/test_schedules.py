@@ -203,6 +203,8 @@ def test_cuda_nnz_split_structure():
     assert text.index("lower_bound(J_indptr") < text.index("if launch == 2:") < text.index("cuda.atomic.add(C,")
     assert len(kernel._ks.launches) == 3
     assert kernel.launch_config(m=34, n=34, nnz=156) == ((34,), (256, 8))  # the largest over the launches
+    # Per launch: C = 0 (rows x 32 features), the row search (256 per block), 8 nonzeros x 32 lanes.
+    assert kernel.launch_configs(m=34, n=34, nnz=156) == [((34,), (32,)), ((1,), (256,)), ((20,), (32, 8))]
     assert "atom.global.add.f32" in kernel.ptx(cc=(8, 0)) or "red.global.add.f32" in kernel.ptx(cc=(8, 0))
 
 

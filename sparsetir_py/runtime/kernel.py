@@ -162,11 +162,16 @@ class CUDAKernel(Kernel):
         `blockIdx`/`threadIdx` there; trailing unused dimensions are dropped ((1,) when none). A
         kernel launched once per top-level bound nest gets the largest over its launches.
         """
-        values: dict[Var, int | float] = {}
-        for p in self.func.params:
-            if p.name in scalars:
-                values[p] = scalars[p.name]
-        return self._launch(values)
+        return self._launch(self._scalar_values(scalars))
+
+    def launch_configs(self, **scalars: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """(grid, block) of every launch, in order: one per top-level nest bound to threads when
+        there are several (`codegen/cuda.py`), else the one `launch_config` gives."""
+        values = self._scalar_values(scalars)
+        return [self._launch(values, launch) for launch in self._ks.launches or (None,)]
+
+    def _scalar_values(self, scalars: dict[str, int]) -> dict[Var, int | float]:
+        return {p: scalars[p.name] for p in self.func.params if p.name in scalars}
 
     def _launch(
         self, scalars: dict[Var, int | float], launch: dict | None = None
