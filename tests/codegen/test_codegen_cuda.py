@@ -13,27 +13,12 @@ import re
 import numpy as np
 import pytest
 import stage3_kernels as K
+from cuda_support import ptx_unavailable  # noqa: F401 (named in skipif condition strings)
 
 import sparsetir_py as sp
 from sparsetir_py.codegen import render
 
 CASE_NAMES = [case.name for case in K.CASES]
-
-
-@functools.cache
-def ptx_unavailable() -> str | None:
-    """Why PTX cannot be compiled here (None when it can)."""
-    import numba
-
-    if numba.config.ENABLE_CUDASIM:
-        return "NUMBA_ENABLE_CUDASIM is set: PTX needs the real numba-cuda"
-    try:
-        from numba import cuda
-
-        cuda.compile_ptx(lambda a: None, (numba.float32[::1],), cc=(8, 0))
-    except Exception as e:  # no NVVM / nvrtc wheels
-        return f"numba-cuda cannot compile PTX here: {type(e).__name__}: {e}"
-    return None
 
 
 @functools.cache

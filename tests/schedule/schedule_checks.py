@@ -142,3 +142,14 @@ def stage2(unscheduled, body: str) -> sp.PrimFunc:
     fills them in)."""
     text = _header(unscheduled) + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") + "\n"
     return expected(sp.from_script(text))
+
+
+def unchanged(sch: sp.Schedule, call, match: str) -> None:
+    """`call()` raises a ScheduleError matching `match` and leaves `sch` as it was (same module
+    object, no new trace instruction)."""
+    import pytest
+
+    before, n = sch.mod, len(sch.trace.instructions)
+    with pytest.raises(sp.ScheduleError, match=match):
+        call()
+    assert sch.mod is before and len(sch.trace.instructions) == n

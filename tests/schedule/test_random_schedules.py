@@ -31,9 +31,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sps
 from corpus import CASES, CASES_BY_NAME
+from cuda_support import ptx_unavailable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schedule_checks import stage2
+from schedule_checks import stage2, unchanged
 from strategies import csr_matrices, edge_matrices
 
 import sparsetir_py as sp
@@ -347,22 +348,6 @@ def test_random_schedules_cpu_kernel(op, data, idtype, dtype):
             check_result(op, kernel, M, feat=feat, seed=k)
 
 
-@functools.cache
-def ptx_unavailable() -> str | None:
-    """Why PTX cannot be compiled here (None when it can)."""
-    import numba
-
-    if numba.config.ENABLE_CUDASIM:
-        return "NUMBA_ENABLE_CUDASIM is set: PTX needs the real numba-cuda"
-    try:
-        from numba import cuda
-
-        cuda.compile_ptx(lambda a: None, (numba.float32[::1],), cc=(8, 0))
-    except Exception as e:  # no NVVM / nvrtc wheels
-        return f"numba-cuda cannot compile PTX here: {type(e).__name__}: {e}"
-    return None
-
-
 # A bound loop whose extent is data (a row length) cannot size the launch: a build error, not a
 # schedule error (the same schedule runs on the CPU).
 LAUNCH_ERROR = "cannot be computed from the scalar parameters at launch"
@@ -420,12 +405,6 @@ def test_random_schedules_on_the_corpus(name, data):
 
 
 # ---------------------------------------------------------------- regressions found above
-def unchanged(sch: sp.Schedule, call, match: str) -> None:
-    """`call()` raises a ScheduleError matching `match` and leaves `sch` as it was."""
-    before, n = sch.mod, len(sch.trace.instructions)
-    with pytest.raises(sp.ScheduleError, match=match):
-        call()
-    assert sch.mod is before and len(sch.trace.instructions) == n
 
 
 def test_split_fail_constant_factors_on_a_symbolic_extent():

@@ -20,16 +20,10 @@ from schedule_checks import (
     run_spmm,
     spmm2,
     stage2,
+    unchanged,
 )
 
 import sparsetir_py as sp
-
-
-def unchanged(sch: sp.Schedule, call, match: str) -> None:
-    before, n = sch.mod, len(sch.trace.instructions)
-    with pytest.raises(sp.ScheduleError, match=match):
-        call()
-    assert sch.mod is before and len(sch.trace.instructions) == n
 
 
 def test_annotate_and_unannotate():

@@ -9,7 +9,17 @@ leaves the schedule unchanged.
 from __future__ import annotations
 
 import pytest
-from schedule_checks import VerifyingSchedule, block, check, expected, loop_kinds, random_csr, run_spmm, spmm2
+from schedule_checks import (
+    VerifyingSchedule,
+    block,
+    check,
+    expected,
+    loop_kinds,
+    random_csr,
+    run_spmm,
+    spmm2,
+    unchanged,
+)
 
 import sparsetir_py as sp
 from sparsetir_py import script as T
@@ -47,14 +57,6 @@ def csrmm2():
 @pytest.fixture(scope="module")
 def toy():
     return sp.IRModule.from_any(annotate_regions(nests))
-
-
-def unchanged(sch: sp.Schedule, call, match: str) -> None:
-    """`call()` raises a ScheduleError matching `match` and leaves `sch` as it was."""
-    before, n = sch.mod, len(sch.trace.instructions)
-    with pytest.raises(sp.ScheduleError, match=match):
-        call()
-    assert sch.mod is before and len(sch.trace.instructions) == n
 
 
 # ---------------------------------------------------------------- lookup

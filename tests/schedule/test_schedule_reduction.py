@@ -23,17 +23,11 @@ from schedule_checks import (
     sddmm2,
     spmm2,
     stage2,
+    unchanged,
 )
 
 import sparsetir_py as sp
 from sparsetir_py import script as T
-
-
-def unchanged(sch: sp.Schedule, call, match: str) -> None:
-    before, n = sch.mod, len(sch.trace.instructions)
-    with pytest.raises(sp.ScheduleError, match=match):
-        call()
-    assert sch.mod is before and len(sch.trace.instructions) == n
 
 
 # ---------------------------------------------------------------- decompose_reduction
