@@ -31,9 +31,15 @@ def csr_cpu_rows_balanced(sch: sp.Schedule, chunk: int = 64) -> None:
 
 
 def csr_cpu_rows_dot8(sch: sp.Schedule) -> None:
-    """Rows in parallel; the dot product split by 8 and tensorized into an unrolled 8-wide dot."""
+    """Rows in parallel; the init out of the feature loop (`decompose_reduction`), the dot product
+    split by 8 and tensorized into an unrolled 8-wide dot. A demonstration of `tensorize` on the
+    CPU, not a fast schedule: LLVM vectorises the plain loop of `csr_cpu_rows` better (pubmed,
+    width 128, one call: 1.9 ms vs 4.0 ms with the width specialised, 15.6 ms with it left at run
+    time, where every term is guarded)."""
     (i,) = sch.get_loops(sch.get_block("sddmm0"))
-    _, k = sch.get_loops(sch.get_block("sddmm1"))
+    block = sch.get_block("sddmm1")
+    _, k = sch.get_loops(block)
+    sch.decompose_reduction(block, k)
     sch.parallel(i)
     _, k_inner = sch.split(k, [None, 8])
     sch.tensorize(k_inner, "dot_8", "cpu")
