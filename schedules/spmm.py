@@ -12,20 +12,28 @@ from .common import bind_row_search, fuse_rows_and_nonzeros
 
 
 def csr_cpu_rows(sch: sp.Schedule) -> None:
-    """Rows in parallel over CPU threads; each row accumulates its features in order.
+    """Rows in parallel over CPU threads; each row's output zeroed once before its nonzeros
+    (`decompose_reduction`: no "first nonzero?" test in the feature loop), then accumulated
+    feature by feature.
 
     With flat offsets indexed unsigned and the feature width left at run time, LLVM vectorises
     the feature loop; the feature loop stays innermost so B's rows are read contiguously.
+    Measured against the same schedule without `decompose_reduction` (one call, 2 threads):
+    facebook_combined width 32 0.66 -> 0.48 ms, ca-CondMat width 32 0.81 -> 0.39-0.63 ms,
+    bcsstk16 width 512 5.2 -> 4.3 ms; others within noise.
     """
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
+    block = sch.get_block("csrmm1")
+    j, _ = sch.get_loops(block)
+    sch.decompose_reduction(block, j)
     sch.parallel(i)
 
 
 def csr_cpu_rows_balanced(sch: sp.Schedule, chunk: int = 64) -> None:
-    """Rows in parallel, handed out dynamically in chunks of `chunk` rows: on power-law graphs a
-    static split gives one thread most of the nonzeros; dynamic chunks balance them."""
+    """`csr_cpu_rows` with rows handed out dynamically in chunks of `chunk` rows: on power-law
+    graphs a static split gives one thread most of the nonzeros; dynamic chunks balance them."""
+    csr_cpu_rows(sch)
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
-    sch.parallel(i)
     sch.annotate(i, "chunk_size", chunk)
 
 
