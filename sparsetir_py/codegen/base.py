@@ -37,6 +37,9 @@ from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr,
 from ..ir.func import PrimFunc
 from ..ir.printer import BINOP_PREC, PREC_ATOM, PREC_CMP, PREC_MUL, PREC_NOT, PREC_UNARY, CodeBuilder, NameTable
 from ..ir.stmt import (
+    BLOCK_IDX_TAGS,
+    LAUNCH_TAGS,
+    THREAD_IDX_TAGS,
     Allocate,
     AtomicAdd,
     Block,
@@ -48,6 +51,7 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from ..ir.visit import walk
 
 PREC_IFEXP = 0  # `a if c else b` binds looser than `or`
 
@@ -65,9 +69,19 @@ HELPERS = ("lower_bound",)
 RESERVED_NAMES = frozenset(IMPORTS) | frozenset(HELPERS) | frozenset(dir(builtins))
 
 BARRIERS = ("syncthreads", "syncwarp")
-BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
-THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
-LAUNCH_TAGS = (*BLOCK_TAGS, *THREAD_TAGS)
+BLOCK_TAGS = BLOCK_IDX_TAGS
+THREAD_TAGS = THREAD_IDX_TAGS
+
+
+def is_launch_loop(s: Stmt) -> bool:
+    """Whether `s` is a loop bound to a blockIdx/threadIdx tag (a dimension of a CUDA launch)."""
+    return isinstance(s, For) and s.kind == "thread_binding" and s.thread in LAUNCH_TAGS
+
+
+def launch_loops(s: Stmt) -> list[For]:
+    """The loops of `s` bound to a blockIdx/threadIdx tag, outermost first."""
+    return [n for n in walk(s) if is_launch_loop(n)]
+
 
 LOWER_BOUND_SOURCE = """\
 def lower_bound(buf, lo, hi, value):
@@ -556,7 +570,7 @@ class Renderer:
             self.stmt_body(s.else_case)
 
     def stmt_for(self, s: For) -> None:
-        if s.kind == "thread_binding" and s.thread in LAUNCH_TAGS:
+        if is_launch_loop(s):
             self.thread_loop(s)
             return
         kind = "serial" if s.kind == "thread_binding" else s.kind  # vthread: one loop

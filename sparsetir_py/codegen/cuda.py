@@ -37,7 +37,7 @@ from ..ir.expr import Call, PrimExpr, Var
 from ..ir.stmt import AtomicAdd, BufferStore, For, SeqStmt, Stmt, seq
 from ..ir.visit import walk
 from . import cuda_warp
-from .base import LAUNCH_TAGS, Intrin, KernelParam, Renderer, const_int, is_launch_computable
+from .base import Intrin, KernelParam, Renderer, const_int, is_launch_computable, is_launch_loop, launch_loops
 
 _LIBDEVICE = ("libdevice",)
 
@@ -91,11 +91,10 @@ class CUDARenderer(Renderer):
         self.part_loops: list[dict[str, list[For]]] = []
         for part in self.parts:
             tag_loops: dict[str, list[For]] = defaultdict(list)
-            for node in walk(seq(*part)):
-                if isinstance(node, For) and node.kind == "thread_binding" and node.thread in LAUNCH_TAGS:
-                    self._check_bound_loop(node)
-                    tag_loops[node.thread].append(node)
-                    self.tag_loops[node.thread].append(node)
+            for node in launch_loops(seq(*part)):
+                self._check_bound_loop(node)
+                tag_loops[node.thread].append(node)
+                self.tag_loops[node.thread].append(node)
             for loops in tag_loops.values():
                 self.guarded.update(id(loop) for loop in self._loops_needing_guards(loops))
             self.part_loops.append(tag_loops)
@@ -231,4 +230,4 @@ def split_launches(body: Stmt) -> list[list[Stmt]]:
 
 
 def _has_bound_loop(s: Stmt) -> bool:
-    return any(isinstance(n, For) and n.kind == "thread_binding" and n.thread in LAUNCH_TAGS for n in walk(s))
+    return any(is_launch_loop(n) for n in walk(s))

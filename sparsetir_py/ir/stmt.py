@@ -14,15 +14,10 @@ from .expr import PrimExpr, Var
 from .node import FrozenDict, Node
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
-THREAD_TAGS = (
-    "blockIdx.x",
-    "blockIdx.y",
-    "blockIdx.z",
-    "threadIdx.x",
-    "threadIdx.y",
-    "threadIdx.z",
-    "vthread",
-)
+BLOCK_IDX_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_IDX_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+LAUNCH_TAGS = (*BLOCK_IDX_TAGS, *THREAD_IDX_TAGS)  # the dimensions of a CUDA launch
+THREAD_TAGS = (*LAUNCH_TAGS, "vthread")  # every tag a thread_binding loop may have
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from ..errors import ScheduleError
 from ..ir import make as mk
 from ..ir.expr import BinOp, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
-from ..ir.stmt import THREAD_TAGS, Block, For, IfThenElse, SeqStmt, Stmt
+from ..ir.stmt import LAUNCH_TAGS, THREAD_TAGS, Block, For, IfThenElse, SeqStmt, Stmt
 from ..ir.visit import substitute, walk
 from .regions import prove_le
 from .state import (
@@ -42,7 +42,7 @@ from .state import (
     uses_var,
 )
 
-BINDABLE = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+BINDABLE = LAUNCH_TAGS
 
 
 def _describe(loop: For) -> str:

@@ -124,15 +124,17 @@ def tensorize(func: PrimFunc, loop: Var | str, intrin_name: str, target: str | N
     for conjunct in _conjuncts(block.predicate):
         if not _uses(conjunct, m.loop.loop_var):
             predicate = mk.and_(predicate, conjunct)
-    body, init = impl.build(m), block.init
-    if init is not None and not any(iv.kind == "R" for iv in iter_vars):
+    init = block.init
+    if init is None or any(iv.kind == "R" for iv in iter_vars):
+        body = impl.build(m)
+    else:
         # No reduction left outside: the result is init + sum, written once when the init stores
         # into the accumulator itself (else: init first, then accumulate).
         acc = m.accumulator
         if isinstance(init, BufferStore) and init.buffer is acc.buffer and init.indices == acc.indices:
             body = impl.build(dataclasses.replace(m, init_value=init.value))
         else:
-            body = seq(init, body)
+            body = seq(init, impl.build(m))
         init = None
     new = block.replace(iter_vars=tuple(iter_vars), predicate=predicate, body=body, init=init)
     reads, writes = block_regions(new)

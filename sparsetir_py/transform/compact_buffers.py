@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from ..arith.affine import DimId
 from ..arith.interval import from_affine, int_range, symbolic_range, to_affine
+from ..codegen.base import is_launch_loop, launch_loops
 from ..codegen.cuda import split_launches
 from ..ir import dtype as dt
 from ..ir import make as mk
@@ -42,6 +43,8 @@ from ..ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var, const
 from ..ir.func import IRModule, PrimFunc
 from ..ir.node import FrozenDict
 from ..ir.stmt import (
+    LAUNCH_TAGS,
+    THREAD_IDX_TAGS,
     Allocate,
     AtomicAdd,
     Block,
@@ -60,8 +63,6 @@ from ..ir.visit import post_order_rewrite, substitute, walk
 
 __all__ = ["compact_buffers"]
 
-BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
-THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 COMPACT_SCOPES = ("local", "shared")
 
 
@@ -103,7 +104,7 @@ class _Ctx:
 
     def with_loop(self, s: For, cuda: bool) -> _Ctx:
         threads, subst = self.threads, self.subst
-        if cuda and s.kind == "thread_binding" and s.thread in (*BLOCK_TAGS, *THREAD_TAGS):
+        if cuda and is_launch_loop(s):
             threads = {**threads, s.thread: s.loop_var}
         elif isinstance(s.extent, IntImm) and s.extent.value == 1:
             subst = {**subst, s.loop_var: substitute(s.min, subst)}  # one iteration: a value, not a range
@@ -298,9 +299,7 @@ def _launch_extents(stmt: Stmt) -> dict[str, int | None]:
     """CUDA tag -> the launch size along it (the largest extent bound to it in `stmt`, one
     launch), None if not constant."""
     out: dict[str, int | None] = {}
-    for n in walk(stmt):
-        if not (isinstance(n, For) and n.kind == "thread_binding" and n.thread in (*BLOCK_TAGS, *THREAD_TAGS)):
-            continue
+    for n in launch_loops(stmt):
         value = n.extent.value if isinstance(n.extent, IntImm) else None
         prev = out.get(n.thread, 0)
         out[n.thread] = None if value is None or prev is None else max(prev, value)
@@ -309,7 +308,7 @@ def _launch_extents(stmt: Stmt) -> dict[str, int | None]:
 
 # ---------------------------------------------------------------- one buffer
 def _canonical() -> dict[str, Var]:
-    return {tag: Var(tag) for tag in (*BLOCK_TAGS, *THREAD_TAGS)}
+    return {tag: Var(tag) for tag in LAUNCH_TAGS}
 
 
 def _plan(
@@ -365,7 +364,7 @@ def _plan_or_raise(buf, parts, ctx, cuda, launch, per_thread_check):
             _check_pure(ext)
             out[f.loop_var] = (lo, mk.sub(mk.add(lo, ext), IntImm(1, ext.dtype)))
         if cuda and shared:
-            for tag in THREAD_TAGS:
+            for tag in THREAD_IDX_TAGS:
                 n = launch.get(tag, 1)
                 if tag not in launch:
                     continue
