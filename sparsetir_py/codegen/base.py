@@ -153,7 +153,7 @@ def format_float(value: float) -> tuple[str, int]:
 
 
 def is_launch_computable(e: PrimExpr, scalars: set[Var]) -> bool:
-    """True when `runtime.args.eval_int` can evaluate `e` from the scalar parameters alone."""
+    """True when `ir.eval.eval_int` can evaluate `e` from the scalar parameters alone."""
     if isinstance(e, IntImm):
         return True
     if isinstance(e, Var):
@@ -172,7 +172,7 @@ def const_int(e: PrimExpr) -> int | None:
     """The value of an integer expression made of constants only, else None."""
     if not is_launch_computable(e, set()):
         return None
-    from ..runtime.args import eval_int
+    from ..ir.eval import eval_int
 
     try:
         return eval_int(e, {}, "constant")

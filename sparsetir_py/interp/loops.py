@@ -13,8 +13,10 @@ import math
 import numpy as np
 
 from ..errors import InterpretError
+from ..format.args import BoundArguments
 from ..ir import dtype as dt
 from ..ir.buffer import FlatBuffer
+from ..ir.eval import eval_int
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import (
@@ -29,7 +31,6 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
-from ..runtime.args import BoundArguments, eval_int
 
 SCALAR_CALLS = {
     "exp": math.exp,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError, InterpretError
+from ..format.args import AxisData, BoundArguments, bind_arguments
 from ..ir import dtype as dt
 from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, AttachedAxis, Axis, IterAxis, base_axis
 from ..ir.buffer import FlatBuffer, SparseBuffer
@@ -29,7 +30,6 @@ from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr,
 from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import AtomicAdd, BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt, SparseIteration, Stmt
 from ..ir.visit import walk
-from ..runtime.args import AxisData, BoundArguments, bind_arguments
 
 
 def _sigmoid(x):
@@ -247,7 +247,7 @@ class Interpreter:
         return off, np.ones(n, dtype=bool)
 
     def bound_shape(self, e: PrimExpr) -> int:
-        from ..runtime.args import eval_int
+        from ..ir.eval import eval_int
 
         return eval_int(e, self.bound.scalars, "a buffer shape")
 

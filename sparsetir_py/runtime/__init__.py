@@ -1,6 +1,6 @@
 """Running compiled functions: build(), kernels, argument binding and checking, the source cache."""
 
-from .args import BoundArguments, bind_arguments
+from ..format.args import BoundArguments, bind_arguments
 from .build import build
 from .kernel import CPUKernel, CUDAKernel, Kernel
 

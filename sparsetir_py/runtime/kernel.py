@@ -1,7 +1,7 @@
 """Compiled kernels: call a built Stage III function like the PrimFunc it came from.
 
 A kernel takes the function's parameters by name or position. Before running it checks every
-argument with `runtime.args.bind_arguments` (an `InputError` names the bad argument);
+argument with `format.args.bind_arguments` (an `InputError` names the bad argument);
 `check_structure=False` skips the O(nnz) checks of indptr/indices. Outputs are written into the
 arrays passed. Numba compiles on the first call (and keeps the result in its on-disk cache).
 
@@ -23,11 +23,13 @@ import numpy as np
 
 from ..codegen.base import BLOCK_TAGS, THREAD_TAGS, KernelParam, KernelSource
 from ..errors import CodegenError, InputError, SparseTIRError
+from ..format.args import BoundArguments, _bind_values, bind_arguments, written_buffers
+from ..format.storage import storage_order
 from ..ir.axis import Axis
 from ..ir.buffer import FlatBuffer
+from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
-from .args import BoundArguments, _bind_values, bind_arguments, eval_int, storage_order, written_buffers
 
 MAX_THREADS_PER_BLOCK = 1024
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import LoweringError
+from ..format.storage import offset_dtype, storage_shape
 from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED, SPARSE_FIXED
 from ..ir.buffer import FlatBuffer, SparseBuffer
@@ -23,45 +24,6 @@ from ..ir.layout import Layout
 from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, Block, BufferRegion, BufferStore, Range
 from ..ir.visit import map_children
-from .lower_sparse_iter import n_positions
-
-INT32_MAX = 2**31 - 1
-
-
-def storage_shape(buf: SparseBuffer) -> tuple[PrimExpr, ...]:
-    """(nnz of the last sparse/variable axis, *trailing extents), or the dense shape."""
-    last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
-    if last is None:
-        return tuple(a.length for a in buf.axes)
-    size: PrimExpr = n_positions(buf.axes[last])
-    for a in buf.axes[:last]:
-        if a.kind == DENSE_FIXED and a is not buf.axes[last].root() and a not in buf.axes[last].ancestors():
-            size = mk.mul(size, a.length)  # an unrelated dense level in front (rare)
-    return (size, *(a.length for a in buf.axes[last + 1 :]))
-
-
-def _const_size(shape: tuple[PrimExpr, ...]) -> int | None:
-    size = 1
-    for s in shape:
-        if not isinstance(s, IntImm):
-            return None
-        size *= s.value
-    return size
-
-
-def offset_dtype(buf: SparseBuffer | FlatBuffer) -> str:
-    """int32 only where the storage size provably fits; int64 otherwise."""
-    shape = storage_shape(buf) if isinstance(buf, SparseBuffer) else buf.shape
-    size = _const_size(shape)
-    if size is not None:
-        return "int32" if size <= INT32_MAX else "int64"
-    if isinstance(buf, SparseBuffer) and len(shape) == 1:
-        last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
-        if last is not None:
-            return buf.axes[last].idtype  # nnz of that level fits its index dtype (checked at run time)
-    if len(shape) == 1 and shape[0].dtype == "int32":
-        return "int32"
-    return "int64"
 
 
 class BufferFlattening:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LoweringError
+from ..format.storage import n_positions
 from ..ir import make as mk
 from ..ir.axis import (
     DENSE_FIXED,
@@ -87,15 +88,6 @@ class NameGen:
             name = f"{base}_{n}"
         self.taken.add(name)
         return name
-
-
-def n_positions(a: Axis) -> PrimExpr:
-    """Stored positions of the whole level of `a`, as an expression of the parameters."""
-    if a.kind == DENSE_FIXED:
-        return a.length
-    if a.kind == SPARSE_FIXED:
-        return mk.mul(n_positions(a.parent), a.nnz_cols)
-    return a.nnz
 
 
 class Lowering:

@@ -19,8 +19,10 @@ from ..errors import InputError
 from ..ir import dtype as dt
 from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, Axis
 from ..ir.buffer import SparseBuffer
-from ..ir.expr import BinOp, Cast, IntImm, PrimExpr, UnaryOp, Var
+from ..ir.eval import eval_int
+from ..ir.expr import Var
 from ..ir.func import PrimFunc
+from .storage import eval_storage_shape, storage_order
 
 
 @dataclass
@@ -45,36 +47,6 @@ class BoundArguments:
     arrays: dict[Var, np.ndarray] = field(default_factory=dict)
     axes: dict[Axis, AxisData] = field(default_factory=dict)
     buffers: dict[object, np.ndarray] = field(default_factory=dict)  # buffer -> 1-D view of its storage
-
-
-def eval_int(expr: PrimExpr, scalars: dict[Var, int | float], what: str) -> int:
-    """Evaluate a size expression over scalar parameters."""
-    if isinstance(expr, IntImm):
-        return int(expr.value)
-    if isinstance(expr, Var):
-        if expr not in scalars:
-            raise InputError(f"{what} uses `{expr.name}`, which is not a scalar parameter")
-        return int(scalars[expr])
-    if isinstance(expr, Cast):
-        return eval_int(expr.value, scalars, what)
-    if isinstance(expr, UnaryOp) and expr.op == "-":
-        return -eval_int(expr.a, scalars, what)
-    if isinstance(expr, BinOp):
-        a, b = eval_int(expr.a, scalars, what), eval_int(expr.b, scalars, what)
-        ops = {
-            "+": lambda: a + b,
-            "-": lambda: a - b,
-            "*": lambda: a * b,
-            "//": lambda: a // b,
-            "%": lambda: a % b,
-            "min": lambda: min(a, b),
-            "max": lambda: max(a, b),
-        }
-        if expr.op in ("//", "%") and b == 0:
-            raise InputError(f"{what}: division by zero")
-        if expr.op in ops:
-            return ops[expr.op]()
-    raise InputError(f"{what}: cannot evaluate the size expression {expr!r}")
 
 
 def _bind_values(func: PrimFunc, args: tuple, kwargs: dict) -> dict[str, object]:
@@ -202,19 +174,6 @@ def _check_rows(ad: AxisData, ix: np.ndarray, name: str) -> None:
         raise InputError(f"argument `{name}` (indices of axis `{a.name}`) repeats a coordinate within a row")
 
 
-_STORAGE: dict[int, tuple[SparseBuffer, tuple]] = {}
-
-
-def storage_shape(buf: SparseBuffer, scalars: dict[Var, int | float]) -> tuple[int, ...]:
-    """The argument shape of a sparse buffer: `lower_sparse_buffer.storage_shape` evaluated."""
-    from ..transform.lower_sparse_buffer import storage_shape as storage_exprs
-
-    entry = _STORAGE.get(id(buf))
-    if entry is None or entry[0] is not buf:
-        entry = _STORAGE[id(buf)] = (buf, storage_exprs(buf))
-    return tuple(eval_int(e, scalars, f"storage of `{buf.name}`") for e in entry[1])
-
-
 def _buffer_view(name: str, value: object, dtype: str, shape: tuple[int, ...], order: str) -> np.ndarray:
     arr = _array(name, value)
     if arr.dtype != np.dtype(dtype):
@@ -227,11 +186,6 @@ def _buffer_view(name: str, value: object, dtype: str, shape: tuple[int, ...], o
         layout = "column-major (Fortran)" if order == "F" else "C"
         raise InputError(f"argument `{name}` must be {layout}-contiguous")
     return arr.reshape(-1, order=order if arr.ndim > 1 else "C")
-
-
-def storage_order(buf) -> str:
-    """How an argument array of `buf` is flattened: "C", or "F" for a column-major layout."""
-    return "C" if isinstance(buf, SparseBuffer) or buf.layout.is_row_major() else "F"
 
 
 def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None, *, check_structure: bool = True):
@@ -265,7 +219,7 @@ def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None,
     written = written_buffers(func)
     for buf in func.buffers:
         if isinstance(buf, SparseBuffer):
-            shape = storage_shape(buf, bound.scalars)
+            shape = eval_storage_shape(buf, bound.scalars)
         else:
             shape = tuple(eval_int(s, bound.scalars, f"shape of `{buf.name}`") for s in buf.shape)
         order = storage_order(buf)
