@@ -16,7 +16,13 @@ from .ir.layout import Layout
 from .runtime.build import build
 from .runtime.kernel import Kernel
 from .schedule import Schedule
-from .transform import lower_sparse_buffer, lower_sparse_iter
+from .transform import (
+    compact_buffers,
+    hoist_loop_invariants,
+    lower_sparse_buffer,
+    lower_sparse_iter,
+    promote_accumulators,
+)
 
 
 def _debug(stage: str, mod: IRModule) -> None:
@@ -64,5 +70,15 @@ def compile(
     # Every buffer flat, every access an explicit offset (dense buffers through their layouts).
     mod = lower_sparse_buffer(mod, layouts)
     _debug("Stage III", mod)
+    # Scratch sized for a whole scope shrinks to what one instance touches (rfactor's `C_rf`
+    # becomes a register per thread on CUDA); function-level local scratch moves into the kernel.
+    mod = compact_buffers(mod, target)
+    # Accumulations into one element per loop run in a register (scalar replacement; on the CPU
+    # only, where no other thread touches that element inside the loop).
+    mod = promote_accumulators(mod) if target == "cpu" else mod
+    # Loads of read-only buffers move out of the loops that do not change them (Numba arrays carry
+    # no aliasing information, so LLVM would reload them on every iteration).
+    mod = hoist_loop_invariants(mod)
+    _debug(f"Stage III, {target} passes", mod)
     # Stage III -> Python source -> Numba kernel (compiled lazily, cached on disk).
     return build(mod, target)

@@ -35,10 +35,10 @@ from ..ir import dtype as dt
 from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var, const
 from ..ir.func import PrimFunc
+from ..ir.launch import is_launch_loop
 from ..ir.printer import BINOP_PREC, PREC_ATOM, PREC_CMP, PREC_MUL, PREC_NOT, PREC_UNARY, CodeBuilder, NameTable
 from ..ir.stmt import (
     BLOCK_IDX_TAGS,
-    LAUNCH_TAGS,
     THREAD_IDX_TAGS,
     Allocate,
     AtomicAdd,
@@ -51,7 +51,6 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
-from ..ir.visit import walk
 
 PREC_IFEXP = 0  # `a if c else b` binds looser than `or`
 
@@ -61,9 +60,9 @@ IMPORTS = {
     "numba": "import numba",
     "np": "import numpy as np",
     "cuda": "from numba import cuda",
-    "atomic_add": "from sparsetir_py.codegen.cpu_intrinsics import atomic_add",
-    "libdevice": "from sparsetir_py.codegen.cuda_intrinsics import libdevice",
-    "syncwarp": "from sparsetir_py.codegen.cuda_intrinsics import syncwarp",
+    "atomic_add": "from sparsetir_py.runtime.cpu_intrinsics import atomic_add",
+    "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
+    "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }
 HELPERS = ("lower_bound",)
 RESERVED_NAMES = frozenset(IMPORTS) | frozenset(HELPERS) | frozenset(dir(builtins))
@@ -71,16 +70,6 @@ RESERVED_NAMES = frozenset(IMPORTS) | frozenset(HELPERS) | frozenset(dir(builtin
 BARRIERS = ("syncthreads", "syncwarp")
 BLOCK_TAGS = BLOCK_IDX_TAGS
 THREAD_TAGS = THREAD_IDX_TAGS
-
-
-def is_launch_loop(s: Stmt) -> bool:
-    """Whether `s` is a loop bound to a blockIdx/threadIdx tag (a dimension of a CUDA launch)."""
-    return isinstance(s, For) and s.kind == "thread_binding" and s.thread in LAUNCH_TAGS
-
-
-def launch_loops(s: Stmt) -> list[For]:
-    """The loops of `s` bound to a blockIdx/threadIdx tag, outermost first."""
-    return [n for n in walk(s) if is_launch_loop(n)]
 
 
 LOWER_BOUND_SOURCE = """\

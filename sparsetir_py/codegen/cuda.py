@@ -34,10 +34,10 @@ from typing import Any, ClassVar
 from ..errors import CodegenError
 from ..ir.buffer import FlatBuffer
 from ..ir.expr import Call, PrimExpr, Var
-from ..ir.stmt import AtomicAdd, BufferStore, For, SeqStmt, Stmt, seq
+from ..ir.launch import launch_loops, split_launches
+from ..ir.stmt import AtomicAdd, BufferStore, For, Stmt, seq
 from ..ir.visit import walk
-from . import cuda_warp
-from .base import Intrin, KernelParam, Renderer, const_int, is_launch_computable, is_launch_loop, launch_loops
+from .base import Intrin, KernelParam, Renderer, const_int, is_launch_computable
 
 _LIBDEVICE = ("libdevice",)
 
@@ -50,8 +50,9 @@ class CUDARenderer(Renderer):
     # `math` through cuda_intrinsics: the real module on the device, numpy under the simulator.
     IMPORTS: ClassVar[dict[str, str]] = {
         **{name: line for name, line in Renderer.IMPORTS.items() if name != "math"},
-        "math": "from sparsetir_py.codegen.cuda_intrinsics import math",
-        **cuda_warp.IMPORTS,  # warp shuffles, emulated per warp under the simulator
+        "math": "from sparsetir_py.runtime.cuda_intrinsics import math",
+        # Warp shuffles, emulated per warp under the simulator (runtime/cuda_warp.py).
+        "shfl_down_sync": "from sparsetir_py.runtime.cuda_warp import shfl_down_sync",
     }
     INTRINSIC_RULES: ClassVar[dict[str, Intrin]] = {
         **Renderer.INTRINSIC_RULES,
@@ -62,7 +63,7 @@ class CUDARenderer(Renderer):
         "ceil": Intrin("libdevice.ceil{f}({a[0]})", _LIBDEVICE),
         "round": Intrin("libdevice.rint{f}({a[0]})", _LIBDEVICE),
         "trunc": Intrin("libdevice.trunc{f}({a[0]})", _LIBDEVICE),
-        **cuda_warp.INTRINSIC_RULES,
+        "shfl_down_sync": Intrin("shfl_down_sync({a[0]}, {a[1]}, {a[2]})", ("shfl_down_sync",)),
     }
 
     def __init__(self, func, options=None):
@@ -145,7 +146,9 @@ class CUDARenderer(Renderer):
         if buf.data is None and buf.scope != "global":
             raise CodegenError(
                 f"in `build`: function-level buffer `{buf.name}` has scope {buf.scope}; allocate {buf.scope} "
-                "memory inside the kernel (T.allocate or a block's alloc_buffer)"
+                "memory inside the kernel (T.allocate or a block's alloc_buffer), or run "
+                "sp.transform.compact_buffers(mod, \"cuda\") first, which moves it there where threads' regions are "
+                "disjoint (sp.compile does)"
             )
 
     # ---------------------------------------------------------------- target hooks
@@ -213,21 +216,3 @@ def _check_atomic_ordering(part: list[Stmt]) -> None:
                 "barrier between (other threads may add before the store, or after it be overwritten); move the "
                 "store (the init) to a top-level nest of its own, which is its own launch, or add T.syncthreads()"
             )
-
-
-def split_launches(body: Stmt) -> list[list[Stmt]]:
-    """The top-level statements of `body` grouped per launch: each group ends with a statement
-    that holds loops bound to blockIdx/threadIdx (statements after the last one join it)."""
-    stmts = list(body.stmts) if isinstance(body, SeqStmt) else [body]
-    parts: list[list[Stmt]] = [[]]
-    for s in stmts:
-        if parts[-1] and _has_bound_loop(seq(*parts[-1])):
-            parts.append([])
-        parts[-1].append(s)
-    if len(parts) > 1 and not _has_bound_loop(seq(*parts[-1])):
-        parts[-2].extend(parts.pop())
-    return parts
-
-
-def _has_bound_loop(s: Stmt) -> bool:
-    return any(is_launch_loop(n) for n in walk(s))

@@ -4,9 +4,13 @@
     kern(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=m, n=n, feat=feat, nnz=nnz)
     kern.source                               # the generated Python source
 
-`build` never touches a GPU and compiles nothing: Numba compiles on the first call (CPU, CUDA) or
-on `kernel.ptx(cc)`. `SPARSETIR_DEBUG=1` reports each build and its cached file, `=2` also prints
-the Stage III IR, `=3` also the generated source.
+`build` renders exactly the function it is given, writes the source to the on-disk cache and
+imports it; it runs no pass. The target passes (`compact_buffers`, `promote_accumulators`,
+`hoist_loop_invariants` in `sp.transform`) are lines of `sp.compile`'s pipeline (`driver.py`);
+run them on a hand-lowered module before `build` to get the same kernel. `build` never touches a
+GPU and compiles nothing: Numba compiles on the first call (CPU, CUDA) or on `kernel.ptx(cc)`.
+`SPARSETIR_DEBUG=1` reports each build and its cached file, `=2` also prints the Stage III IR,
+`=3` also the generated source.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ from typing import Any
 from ..codegen import render
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
-from ..transform.compact_buffers import compact_buffers
-from ..transform.hoist_invariants import hoist_loop_invariants, promote_accumulators
 from . import cache
 from .kernel import CPUKernel, CUDAKernel, Kernel
 
@@ -62,23 +64,13 @@ def build(
         from ..ir.verify import verify as verify_func
 
         verify_func(func)
-    # Loads of read-only buffers move out of the loops that do not change them (Numba arrays
-    # carry no aliasing information, so LLVM would reload them on every iteration).
-    # Accumulations into one element per loop run in a register (scalar replacement; on the
-    # CPU only, where no other thread touches that element inside the loop).
-    # Scratch sized for a whole scope shrinks to what one instance touches (rfactor's `C_rf`
-    # becomes a register per thread on CUDA); function-level local scratch moves into the kernel.
-    prepared = compact_buffers(func, target)
-    prepared = promote_accumulators(prepared) if target == "cpu" else prepared
-    prepared = hoist_loop_invariants(prepared)["main"]
-    ks = render(prepared, target, **options)
+    ks = render(func, target, **options)
     key = cache.cache_key(_script_text(func), target, ks.options, ks.source)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
     path = cache.kernel_path(directory, target, ks.name, key)
     cache.write_source(path, ks.source)
     module = cache.import_source(path)
     kernel = KERNELS[target](ks, getattr(module, ks.name), path)
-    kernel.func = func  # the function as given (the rendered one also has hoisted loads)
     _debug_report(func, kernel)
     return kernel
 

@@ -2,8 +2,8 @@
 
 A kernel's file is `<cache dir>/<target>/<function>_<key>.py`, where the key hashes the IR's
 script text, the target, the options, the generated source and the helper modules the source
-imports (`codegen/cpu_intrinsics.py`, `codegen/cuda_intrinsics.py`): Numba's cache does not
-track what a cached function calls, so a change of a helper must change the file name.
+imports (`runtime/cpu_intrinsics.py`, `runtime/cuda_intrinsics.py`, `runtime/cuda_warp.py`):
+Numba's cache does not track what a cached function calls, so a change of a helper must change the file name.
 Importing from a real file lets Numba's own `cache=True` keep compiled machine code in
 `__pycache__` next to it across processes, and makes tracebacks point into readable code.
 
@@ -27,7 +27,7 @@ from typing import Any
 # Bumped when the layout of cached files changes in a way the key does not see.
 CACHE_FORMAT = 1
 
-# Modules of sparsetir_py.codegen that generated sources import.
+# Modules of sparsetir_py.runtime (beside this file) that generated sources import.
 HELPER_MODULES = ("cpu_intrinsics.py", "cuda_intrinsics.py", "cuda_warp.py")
 
 _MODULES: dict[Path, ModuleType] = {}
@@ -44,10 +44,10 @@ def cache_dir() -> Path:
 
 @functools.cache
 def _helpers_fingerprint() -> str:
-    codegen = Path(__file__).resolve().parent.parent / "codegen"
+    runtime = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for name in HELPER_MODULES:
-        h.update((codegen / name).read_bytes())
+        h.update((runtime / name).read_bytes())
     return h.hexdigest()
 
 

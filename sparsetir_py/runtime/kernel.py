@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen.base import BLOCK_TAGS, THREAD_TAGS, KernelParam, KernelSource
+from ..codegen.base import KernelParam, KernelSource
 from ..errors import CodegenError, InputError, SparseTIRError
 from ..format.args import BoundArguments, _bind_values, bind_arguments, written_buffers
 from ..format.storage import storage_order
@@ -30,6 +30,7 @@ from ..ir.buffer import FlatBuffer
 from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
+from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
 
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -182,8 +183,8 @@ class CUDAKernel(Kernel):
         for tag, extents in (self._ks.launch if launch is None else launch).items():
             sizes = [eval_int(e, scalars, f"launch extent of {tag}") for e in extents]
             dims[tag] = max(0, *sizes)
-        grid = _trim([dims.get(tag, 1) for tag in BLOCK_TAGS])
-        block = _trim([dims.get(tag, 1) for tag in THREAD_TAGS])
+        grid = _trim([dims.get(tag, 1) for tag in BLOCK_IDX_TAGS])
+        block = _trim([dims.get(tag, 1) for tag in THREAD_IDX_TAGS])
         return grid, block
 
     # ---------------------------------------------------------------- calls

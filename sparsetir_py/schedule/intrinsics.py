@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 # T.shfl_down_sync(mask, value, delta), which warp_sum_32 emits, is registered in `ir/op.py` (so the
-# script frontend knows it) and rendered for CUDA by `codegen/cuda_warp.py`.
+# script frontend knows it) and rendered for CUDA by `codegen/cuda.py` (run time: `runtime/cuda_warp.py`).
 assert "shfl_down_sync" in INTRINSICS
 
 WARP_SIZE = 32

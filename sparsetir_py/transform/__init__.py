@@ -1,7 +1,19 @@
-"""Passes: one module per pass. Each takes a PrimFunc or an IRModule and returns an IRModule."""
+"""Passes: one module per pass. Each takes a PrimFunc or an IRModule and returns an IRModule.
+
+Stage I -> II: `lower_sparse_iter`; Stage II -> III: `lower_sparse_buffer`; Stage III target
+passes (run by `sp.compile` before `sp.build`): `compact_buffers`, `promote_accumulators` (CPU),
+`hoist_loop_invariants`.
+"""
 
 from .compact_buffers import compact_buffers
+from .hoist_invariants import hoist_loop_invariants, promote_accumulators
 from .lower_sparse_buffer import lower_sparse_buffer
 from .lower_sparse_iter import lower_sparse_iter
 
-__all__ = ["compact_buffers", "lower_sparse_buffer", "lower_sparse_iter"]
+__all__ = [
+    "compact_buffers",
+    "hoist_loop_invariants",
+    "lower_sparse_buffer",
+    "lower_sparse_iter",
+    "promote_accumulators",
+]

@@ -34,13 +34,12 @@ from dataclasses import dataclass, field
 
 from ..arith.affine import DimId
 from ..arith.interval import from_affine, int_range, symbolic_range, to_affine
-from ..codegen.base import is_launch_loop, launch_loops
-from ..codegen.cuda import split_launches
 from ..ir import dtype as dt
 from ..ir import make as mk
 from ..ir.buffer import FlatBuffer
 from ..ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var, const
 from ..ir.func import IRModule, PrimFunc
+from ..ir.launch import is_launch_loop, launch_loops, split_launches
 from ..ir.node import FrozenDict
 from ..ir.stmt import (
     LAUNCH_TAGS,

@@ -44,6 +44,7 @@ from sparsetir_py.ir.visit import walk
 from sparsetir_py.ops import sddmm_script, spmm_script
 from sparsetir_py.schedule import state
 from sparsetir_py.schedule.loops import BINDABLE
+from sparsetir_py.transform import compact_buffers, hoist_loop_invariants, promote_accumulators
 from sparsetir_py.transform.region import annotate_regions
 
 OPS = {"spmm": spmm_script, "sddmm": sddmm_script}
@@ -305,10 +306,13 @@ _KERNELS: dict[tuple[str, str], object] = {}
 
 
 def cpu_kernel(mod: sp.IRModule):
-    """The CPU kernel of a scheduled module, built once per distinct function."""
+    """The CPU kernel of a scheduled module, built once per distinct function, after the target
+    passes that `sp.compile` runs (driver.py), so that it is the kernel `sp.compile` makes."""
     key = ("cpu", mod["main"].script())
     if key not in _KERNELS:
-        _KERNELS[key] = sp.build(sp.lower_sparse_buffer(mod), target="cpu")
+        flat = sp.lower_sparse_buffer(mod)
+        flat = hoist_loop_invariants(promote_accumulators(compact_buffers(flat, "cpu")))
+        _KERNELS[key] = sp.build(flat, target="cpu")
     return _KERNELS[key]
 
 

@@ -5,7 +5,7 @@ test suite needs the real numba-cuda (PTX), so this file is also the simulator d
 imports it and `sim_results` runs `python test_schedule_tensorize_cudasim.py OUT.json` once,
 which sets the variable first, runs every check of `CHECKS` and writes "ok" or the traceback of
 each. The simulator has no warp intrinsics: the kernels run with the per-warp emulation of
-`shfl_down_sync` from `sparsetir_py.codegen.cuda_warp`, selected when that module is imported;
+`shfl_down_sync` from `sparsetir_py.runtime.cuda_warp`, selected when that module is imported;
 the generated source is the same as for PTX (asserted here). Inputs are tiny (about 0.15 ms per
 simulated thread).
 """
@@ -193,7 +193,7 @@ def _shim() -> None:
 
 @check("shim/selected_at_import")
 def _selected() -> None:
-    from sparsetir_py.codegen import cuda_warp
+    from sparsetir_py.runtime import cuda_warp
 
     assert cuda_warp.shfl_down_sync is cuda_warp._simulated_shfl_down_sync
 

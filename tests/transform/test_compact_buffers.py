@@ -277,10 +277,19 @@ def test_left_alone(text, target):
     assert sp.structural_equal(compact_buffers(f, target)["main"], f)
 
 
-def test_build_compacts_on_the_cpu(tmp_path):
+def test_build_renders_what_it_is_given(tmp_path):
+    """`sp.build` runs no pass: the function-level scratch keeps its whole size there, and
+    compaction is a line of `sp.compile`'s pipeline (driver.py)."""
+    kern = sp.build(parse(ROW_BEFORE), "cpu", cache_dir=tmp_path)
+    assert "np.zeros(8, " not in kern.source
+    with pytest.raises(sp.CodegenError, match="compact_buffers"):
+        sp.build(parse(REGISTER_BEFORE), "cuda", cache_dir=tmp_path)
+
+
+def test_compacted_kernel_on_the_cpu(tmp_path):
     """The CPU kernel allocates the row's 8 elements, and computes what the interpreter does."""
     f = parse(ROW_BEFORE)
-    kern = sp.build(f, "cpu", cache_dir=tmp_path)
+    kern = sp.build(compact_buffers(f, "cpu"), "cpu", cache_dir=tmp_path)
     assert "np.zeros(8, " in kern.source
     m = 5
     A = np.random.default_rng(0).standard_normal(m * 8).astype(np.float32)
@@ -290,8 +299,8 @@ def test_build_compacts_on_the_cpu(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_build_moves_function_level_local_into_the_cuda_kernel(tmp_path):
-    kern = sp.build(parse(REGISTER_BEFORE), "cuda", cache_dir=tmp_path)
+def test_function_level_local_moves_into_the_cuda_kernel(tmp_path):
+    kern = sp.build(compact_buffers(parse(REGISTER_BEFORE), "cuda"), "cuda", cache_dir=tmp_path)
     assert "acc = np.float32(0.0)  # local register" in kern.source
     assert "def f(A, C, m):" in kern.source  # no longer a parameter the runtime allocates
     assert ".visible .entry" in kern.ptx(cc=(8, 0))
@@ -304,6 +313,7 @@ SIMULATOR_DRIVER = textwrap.dedent(
     import sparsetir_py as sp
     from sparsetir_py.data import load_matrix
     from sparsetir_py.ops import sddmm_script
+    from sparsetir_py.transform import compact_buffers
     sys.path.insert(0, {here!r})
     from test_compact_buffers import REGISTER_BEFORE, SHARED_BEFORE, PER_THREAD_BEFORE, parse
     sys.path.insert(0, {root!r})
@@ -314,19 +324,19 @@ SIMULATOR_DRIVER = textwrap.dedent(
     f = parse(REGISTER_BEFORE)
     A = rng.standard_normal(m * 128).astype(np.float32)
     got, want = np.full(m * 4, np.nan, np.float32), np.full(m * 4, np.nan, np.float32)
-    sp.build(f, "cuda")(a=A, c=got, m=m)
+    sp.build(compact_buffers(f, "cuda"), "cuda")(a=A, c=got, m=m)
     sp.interpret(f, a=A, c=want, m=m)
     out["register"] = float(np.abs(got - want).max())
     f = parse(SHARED_BEFORE)
     A = rng.standard_normal(m * 32).astype(np.float32)
     got, want = A.copy(), A.copy()
-    sp.build(f, "cuda")(a=got, m=m)
+    sp.build(compact_buffers(f, "cuda"), "cuda")(a=got, m=m)
     sp.interpret(f, a=want, m=m)
     out["shared"] = float(np.abs(got - want).max())
     f = parse(PER_THREAD_BEFORE)
     A = rng.standard_normal(32).astype(np.float32)
     got, want = A.copy(), A.copy()
-    sp.build(f, "cuda")(a=got)
+    sp.build(compact_buffers(f, "cuda"), "cuda")(a=got)
     sp.interpret(f, a=want)
     out["per_thread"] = float(np.abs(got - want).max())
     S = load_matrix("karate")
@@ -394,7 +404,7 @@ def f(a: T.handle, b: T.handle):
 def test_a_moved_local_wraps_only_the_statement_that_uses_it():
     """The launch split (one launch per top-level statement with bound loops) must still see
     both statements after the buffer moves into the kernel: the allocation wraps the second only."""
-    from sparsetir_py.codegen.cuda import split_launches
+    from sparsetir_py.ir.launch import split_launches
 
     out = compact_buffers(parse(MOVED_AROUND_ITS_LAUNCH), "cuda")["main"]
     assert [b.name for b in out.buffers if b.data is None] == []

@@ -16,7 +16,8 @@ lanes do not all arrive within `SIMULATOR_TIMEOUT` seconds raises instead of han
 simulator numbers threads as CUDA does (`x + blockDim.x * (y + blockDim.y * z)`), so warps are the
 same groups of 32 threads as on a device.
 
-`IMPORTS` and `INTRINSIC_RULES` are the CUDA renderer's table entries for these helpers.
+The CUDA renderer (`codegen/cuda.py`) imports this module into generated kernels by name only:
+`import sparsetir_py` does not import `numba.cuda`.
 """
 
 from __future__ import annotations
@@ -26,15 +27,10 @@ from typing import Any
 
 from numba import config, cuda
 
-from .base import Intrin
-
-__all__ = ["IMPORTS", "INTRINSIC_RULES", "WARP_SIZE", "shfl_down_sync"]
+__all__ = ["WARP_SIZE", "shfl_down_sync"]
 
 WARP_SIZE = 32
 SIMULATOR_TIMEOUT = 60.0
-
-IMPORTS = {"shfl_down_sync": "from sparsetir_py.codegen.cuda_warp import shfl_down_sync"}
-INTRINSIC_RULES = {"shfl_down_sync": Intrin("shfl_down_sync({a[0]}, {a[1]}, {a[2]})", ("shfl_down_sync",))}
 
 
 class _Warp:
