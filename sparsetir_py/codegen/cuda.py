@@ -147,7 +147,7 @@ class CUDARenderer(Renderer):
             raise CodegenError(
                 f"in `build`: function-level buffer `{buf.name}` has scope {buf.scope}; allocate {buf.scope} "
                 "memory inside the kernel (T.allocate or a block's alloc_buffer), or run "
-                "sp.transform.compact_buffers(mod, \"cuda\") first, which moves it there where threads' regions are "
+                'sp.transform.compact_buffers(mod, "cuda") first, which moves it there where threads\' regions are '
                 "disjoint (sp.compile does)"
             )
 
