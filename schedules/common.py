@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sparsetir_py as sp
+from sparsetir_py.schedule import Schedule
 
 
-def fuse_rows_and_nonzeros(sch: sp.Schedule, iteration: str) -> None:
+def fuse_rows_and_nonzeros(sch: Schedule, iteration: str) -> None:
     """Stage I: fuse the row iterator and the row's nonzeros (the first two iterators of
     `iteration`) into one iterator over the nonzeros."""
     it = sch.get_sparse_iteration(iteration)
@@ -13,7 +13,7 @@ def fuse_rows_and_nonzeros(sch: sp.Schedule, iteration: str) -> None:
     sch.sparse_fuse(it, [i, j])
 
 
-def bind_row_search(sch: sp.Schedule, block: str, threads: int = 256) -> None:
+def bind_row_search(sch: Schedule, block: str, threads: int = 256) -> None:
     """Bind the loop of a fused iteration's row search (block `<iteration>_fuse_search`: the row
     of every nonzero, by binary search over indptr) across thread blocks of `threads` threads.
     Left unbound, every CUDA thread would run the whole O(nnz log m) search. It is a top-level

@@ -6,12 +6,12 @@ A schedule is `fn(sch)` applied at Stage II; one with a `stage1` attribute also 
 
 from __future__ import annotations
 
-import sparsetir_py as sp
+from sparsetir_py.schedule import Schedule
 
 from .common import bind_row_search, fuse_rows_and_nonzeros
 
 
-def csr_cpu_rows(sch: sp.Schedule) -> None:
+def csr_cpu_rows(sch: Schedule) -> None:
     """Rows in parallel over CPU threads; the init of each nonzero moved out of the feature loop
     (`decompose_reduction`), so the dot product is a plain reduction that runs in a register
     (the code generator's scalar replacement) and that LLVM vectorises. Measured on the 2M-nnz
@@ -23,14 +23,14 @@ def csr_cpu_rows(sch: sp.Schedule) -> None:
     sch.parallel(i)
 
 
-def csr_cpu_rows_balanced(sch: sp.Schedule, chunk: int = 64) -> None:
+def csr_cpu_rows_balanced(sch: Schedule, chunk: int = 64) -> None:
     """Rows in parallel, handed out dynamically in chunks of `chunk` rows (power-law balance)."""
     csr_cpu_rows(sch)
     (i,) = sch.get_loops(sch.get_block("sddmm0"))
     sch.annotate(i, "chunk_size", chunk)
 
 
-def csr_cpu_rows_dot8(sch: sp.Schedule) -> None:
+def csr_cpu_rows_dot8(sch: Schedule) -> None:
     """Rows in parallel; the init out of the feature loop (`decompose_reduction`), the dot product
     split by 8 and tensorized into an unrolled 8-wide dot. A demonstration of `tensorize` on the
     CPU, not a fast schedule: LLVM vectorises the plain loop of `csr_cpu_rows` better (pubmed,
@@ -45,11 +45,11 @@ def csr_cpu_rows_dot8(sch: sp.Schedule) -> None:
     sch.tensorize(k_inner, "dot_8", "cpu")
 
 
-def _fuse_rows_and_nonzeros(sch: sp.Schedule) -> None:
+def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
     fuse_rows_and_nonzeros(sch, "sddmm")
 
 
-def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
+def csr_cuda_rows(sch: Schedule, threads: int = 32) -> None:
     """One row per thread block, the row's nonzeros across `threadIdx.x`."""
     (i,) = sch.get_loops(sch.get_block("sddmm0"))
     j, _ = sch.get_loops(sch.get_block("sddmm1"))
@@ -58,7 +58,7 @@ def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
     sch.bind(j_inner, "threadIdx.x")
 
 
-def csr_cuda_fused_warp(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
+def csr_cuda_fused_warp(sch: Schedule, nnz_per_block: int = 4) -> None:
     """Fused (i, j) over nonzeros: `nnz_per_block` nonzeros per thread block on `threadIdx.y`,
     each nonzero's dot product over 32 lanes of a warp (`threadIdx.x`) reduced with
     `shfl_down_sync` (the `warp_sum_32` intrinsic). The row search gets its own launch."""
@@ -74,7 +74,7 @@ def csr_cuda_fused_warp(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
 csr_cuda_fused_warp.stage1 = _fuse_rows_and_nonzeros
 
 
-def csr_cuda_fused_rfactor(sch: sp.Schedule, nnz_per_block: int = 4) -> None:
+def csr_cuda_fused_rfactor(sch: Schedule, nnz_per_block: int = 4) -> None:
     """Fused (i, j) over nonzeros, `nnz_per_block` per thread block on `threadIdx.y`; each
     nonzero's dot product split by 32 and factored (`rfactor`) over the 32 lanes of a warp
     (`threadIdx.x`): every lane sums its strided features in a register (the rf buffer, `local`,

@@ -6,12 +6,12 @@ A schedule is `fn(sch)` applied at Stage II; one with a `stage1` attribute also 
 
 from __future__ import annotations
 
-import sparsetir_py as sp
+from sparsetir_py.schedule import Schedule
 
 from .common import bind_row_search, fuse_rows_and_nonzeros
 
 
-def csr_cpu_rows(sch: sp.Schedule) -> None:
+def csr_cpu_rows(sch: Schedule) -> None:
     """Rows in parallel over CPU threads; each row's output zeroed once before its nonzeros
     (`decompose_reduction`: no "first nonzero?" test in the feature loop), then accumulated
     feature by feature.
@@ -29,7 +29,7 @@ def csr_cpu_rows(sch: sp.Schedule) -> None:
     sch.parallel(i)
 
 
-def csr_cpu_rows_balanced(sch: sp.Schedule, chunk: int = 64) -> None:
+def csr_cpu_rows_balanced(sch: Schedule, chunk: int = 64) -> None:
     """`csr_cpu_rows` with rows handed out dynamically in chunks of `chunk` rows: on power-law
     graphs a static split gives one thread most of the nonzeros; dynamic chunks balance them."""
     csr_cpu_rows(sch)
@@ -37,7 +37,7 @@ def csr_cpu_rows_balanced(sch: sp.Schedule, chunk: int = 64) -> None:
     sch.annotate(i, "chunk_size", chunk)
 
 
-def csr_cpu_rows_tiled(sch: sp.Schedule, tile: int = 8) -> None:
+def csr_cpu_rows_tiled(sch: Schedule, tile: int = 8) -> None:
     """Rows in parallel, the feature loop split into vector-width tiles (the inner one vectorised)."""
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
     _, k = sch.get_loops(sch.get_block("csrmm1"))
@@ -46,7 +46,7 @@ def csr_cpu_rows_tiled(sch: sp.Schedule, tile: int = 8) -> None:
     sch.vectorize(k_inner)
 
 
-def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
+def csr_cuda_rows(sch: Schedule, threads: int = 32) -> None:
     """Row-split: one row per thread block, features across `threadIdx.x` (coalesced reads of B)."""
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
     _, k = sch.get_loops(sch.get_block("csrmm1"))
@@ -55,11 +55,11 @@ def csr_cuda_rows(sch: sp.Schedule, threads: int = 32) -> None:
     sch.bind(k_inner, "threadIdx.x")
 
 
-def _fuse_rows_and_nonzeros(sch: sp.Schedule) -> None:
+def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
     fuse_rows_and_nonzeros(sch, "csrmm")
 
 
-def csr_cuda_nnz_split(sch: sp.Schedule, nnz_per_block: int = 8, threads: int = 32) -> None:
+def csr_cuda_nnz_split(sch: Schedule, nnz_per_block: int = 8, threads: int = 32) -> None:
     """TACO's nonzero split: (i, j) fused into one loop over the nonzeros, `nnz_per_block` of
     them per thread block on `threadIdx.y`, features across `threadIdx.x` (coalesced reads of B);
     each (nonzero, feature) thread does `atomic_add(C[row, k], A * B[col, k])`. The work per

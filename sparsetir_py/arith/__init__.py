@@ -10,7 +10,7 @@ flatten buffers through their layouts.
   `simplify`, `evaluate`, `is_empty`, `is_identity`, `str()`.
 - `simplify_expr` / `RangeEnv`: the simplifier on its own, for expressions over known intervals.
 - `linearize_map` / `delinearize_map` / `reshape_map` / `bitcast_map`: XLA layouts and reshapes
-  as indexing maps (also `sparsetir_py.ir.Layout.linearize_map`, `.offset_expr`).
+  as indexing maps of `sparsetir_py.ir.Layout`s.
 - `int_range` / `prove` / `symbolic_range` / `to_affine` / `from_affine`: interval analysis of IR
   expressions (`sparsetir_py.arith.interval`, which also has `simplify` for IR expressions).
 """

@@ -13,14 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
+from ..ir.layout import Layout
 from .affine import AffineExpr, Interval, dim
 from .errors import IndexingMapError
 from .indexing_map import IndexingMap
-
-if TYPE_CHECKING:
-    from ..ir.layout import Layout
 
 __all__ = [
     "bitcast_map",
@@ -40,22 +37,10 @@ def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def physical_levels(shape: Sequence[int], layout: Layout | None = None) -> list[tuple[int, ...]]:
-    """The shape at each tiling level, major to minor: the untiled physical shape first, then
-    the shape after each tile. Row-major (no tiles) when `layout` is None."""
+    """The shape at each tiling level, major to minor (`Layout.physical_levels`); row-major (no
+    tiles) when `layout` is None."""
     shape = _check_shape(shape)
-    if layout is None:
-        return [shape]
-    layout.check_rank(len(shape))
-    levels = [tuple(shape[d] for d in reversed(layout.minor_to_major))]
-    for tile in layout.tiles:
-        current = levels[-1]
-        if len(tile) > len(current):  # a tile of higher rank sees leading dimensions of size 1
-            current = (1,) * (len(tile) - len(current)) + current
-        k = len(tile)
-        outer = current[: len(current) - k]
-        tiled = tuple(-(-n // t) for n, t in zip(current[len(current) - k :], tile))
-        levels.append(outer + tiled + tuple(tile))
-    return levels
+    return [shape] if layout is None else layout.physical_levels(shape)
 
 
 def _row_major(coords: Sequence[AffineExpr], shape: Sequence[int]) -> AffineExpr:

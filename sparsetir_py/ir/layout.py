@@ -6,9 +6,11 @@
 the minor dimensions into tiles laid out one after another, each padded to full size; the
 buffer is then padded to a multiple of `tail_padding_alignment` elements.
 
-The conversions between multi-indices and linear offsets are indexing maps of
-`sparsetir_py.arith` (`linearize_map`, `delinearize_map`); `linear_index`/`multi_index` compute
-the same on numbers, and `offset_expr` builds the offset of an access as an IR expression.
+`linear_index`/`multi_index` convert between multi-indices and linear offsets on numbers. The
+same conversions as indexing maps are `sparsetir_py.arith.linearize_map(shape, layout)` and
+`delinearize_map`, and `lower_sparse_buffer` builds the offset of an access as an IR expression:
+this module imports nothing from `arith`, so `ir` never depends on `arith` (`arith` analyses IR
+expressions, as TVM's does).
 """
 
 from __future__ import annotations
@@ -17,13 +19,8 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from ..errors import SparseTIRError
-
-if TYPE_CHECKING:
-    from ..arith import IndexingMap
-    from .expr import PrimExpr
 
 
 class LayoutError(SparseTIRError, ValueError):
@@ -120,11 +117,25 @@ class Layout:
         if rank != self.rank:
             raise LayoutError(f"layout {self} has {self.rank} dimensions, the shape has {rank}")
 
+    def physical_levels(self, shape: Sequence[int]) -> list[tuple[int, ...]]:
+        """The shape at each tiling level, major to minor: the untiled physical shape first, then
+        the shape after each tile."""
+        shape = tuple(shape)
+        self.check_rank(len(shape))
+        levels = [tuple(shape[d] for d in reversed(self.minor_to_major))]
+        for tile in self.tiles:
+            current = levels[-1]
+            if len(tile) > len(current):  # a tile of higher rank sees leading dimensions of size 1
+                current = (1,) * (len(tile) - len(current)) + current
+            k = len(tile)
+            outer = current[: len(current) - k]
+            tiled = tuple(-(-n // t) for n, t in zip(current[len(current) - k :], tile))
+            levels.append(outer + tiled + tuple(tile))
+        return levels
+
     def physical_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
         """The tiled shape the flat buffer is laid out by (row-major), major to minor."""
-        from ..arith.layout_maps import physical_levels
-
-        return physical_levels(tuple(shape), self)[-1]
+        return self.physical_levels(shape)[-1]
 
     def size(self, shape: Sequence[int]) -> int:
         """Number of elements of the flat buffer, padding included."""
@@ -158,87 +169,29 @@ class Layout:
         return offset
 
     def multi_index(self, offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
-        """The element stored at `offset` of the flat buffer, or None for a padding offset."""
+        """The element stored at `offset` of the flat buffer, or None for a padding offset
+        (`linear_index` run backwards, level by level)."""
         shape = tuple(shape)
-        self.check_rank(len(shape))
+        levels = self.physical_levels(shape)
         if not 0 <= offset < self.size(shape):
             raise LayoutError(f"offset {offset} is outside the buffer of {self.size(shape)} elements")
-        result = self.delinearize_map(shape)
-        if not result.contains((offset,)):
-            return None
-        return result.evaluate((offset,))
-
-    def linearize_map(self, shape: Sequence[int]) -> IndexingMap:
-        """`(d0, ..., d<n-1>) -> (offset)` as an indexing map of `sparsetir_py.arith`."""
-        from ..arith.layout_maps import linearize_map
-
-        return linearize_map(tuple(shape), self)
-
-    def delinearize_map(self, shape: Sequence[int]) -> IndexingMap:
-        """`(offset) -> (d0, ..., d<n-1>)`, with padding offsets outside its domain."""
-        from ..arith.layout_maps import delinearize_map
-
-        return delinearize_map(tuple(shape), self)
-
-    def offset_expr(self, indices: Sequence[PrimExpr | int], shape: Sequence[PrimExpr | int]) -> PrimExpr:
-        """The flat offset of `buffer[indices]` as an IR expression.
-
-        Untiled layouts work with symbolic shapes (`sum(index[d] * stride[d])`); tiled layouts
-        need integer shapes and go through the simplified `linearize_map`.
-        """
-        from .expr import IntImm, as_expr, is_const
-
-        self.check_rank(len(shape))
-        if len(indices) != len(shape):
-            raise LayoutError(f"{len(indices)} indices for a shape of rank {len(shape)}")
-        index_exprs = [as_expr(i) for i in indices]
-        dtype = index_exprs[0].dtype if index_exprs else "int32"
-        if self.tiles:
-            sizes = [_as_int(n) for n in shape]
-            if any(n is None for n in sizes):
-                raise LayoutError(f"tiled layout {self} needs a constant shape, got {tuple(shape)}")
-            from ..arith.interval import from_affine
-
-            (offset,) = self.linearize_map(sizes).results
-            return from_affine(offset, index_exprs, dtype=dtype)
-        offset: PrimExpr | None = None
-        stride: PrimExpr = IntImm(1, dtype)
-        for d in self.minor_to_major:
-            term = index_exprs[d] if is_const(stride, 1) else _mul(index_exprs[d], stride)
-            offset = term if offset is None else _add(offset, term)
-            stride = _mul(stride, as_expr(shape[d], dtype))
-        return IntImm(0, dtype) if offset is None else offset
-
-
-def _as_int(value: Any) -> int | None:
-    """The value of a constant extent (an int, an `IntImm`, or any expression with one value)."""
-    if isinstance(value, int):
-        return value
-    from .expr import IntImm
-
-    if isinstance(value, IntImm):
-        return value.value
-    from ..arith.interval import int_range
-
-    lo, hi = int_range(value)
-    return lo if lo is not None and lo == hi else None
-
-
-def _mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    from .expr import BinOp, IntImm
-
-    if isinstance(a, IntImm) and isinstance(b, IntImm):
-        return IntImm(a.value * b.value, a.dtype)
-    if isinstance(b, IntImm) and b.value == 1:
-        return a
-    if isinstance(a, IntImm) and a.value == 1:
-        return b
-    return BinOp("*", a, b)
-
-
-def _add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    from .expr import BinOp, IntImm
-
-    if isinstance(a, IntImm) and isinstance(b, IntImm):
-        return IntImm(a.value + b.value, a.dtype)
-    return BinOp("+", a, b)
+        if offset >= math.prod(levels[-1]):
+            return None  # tail padding
+        coords: list[int] = []
+        for n in reversed(levels[-1]):
+            offset, c = divmod(offset, n)
+            coords.insert(0, c)
+        for tile, before in zip(reversed(self.tiles), reversed(levels[:-1])):
+            k = len(tile)
+            outer, tile_c, within = coords[: len(coords) - 2 * k], coords[-2 * k : -k], coords[-k:]
+            coords = outer + [o * t + w for o, t, w in zip(tile_c, tile, within)]
+            pad = len(coords) - len(before)  # leading dimensions of size 1 a higher-rank tile added
+            if any(c != 0 for c in coords[:pad]):
+                return None
+            coords = coords[pad:]
+            if any(c >= n for c, n in zip(coords, before)):
+                return None  # a padded cell of a partial tile
+        index = [0] * len(shape)
+        for c, d in zip(coords, reversed(self.minor_to_major)):
+            index[d] = c
+        return tuple(index)

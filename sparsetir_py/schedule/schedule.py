@@ -13,27 +13,10 @@ from . import caching as C
 from . import compute_at as CA
 from . import loops as L
 from . import reduction as RD
+from .handles import BlockRV, LoopRV
 from .sparse import SparseIterationPrimitives
 from .state import find_block, get_child_blocks, loops_of
 from .tensorize import TensorizePrimitives
-
-
-@dataclass(frozen=True)
-class BlockRV:
-    """A block handle: the block's name."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class LoopRV:
-    """A loop handle: the loop's variable."""
-
-    var: Var
-
-    @property
-    def name(self) -> str:
-        return self.var.name
 
 
 @dataclass

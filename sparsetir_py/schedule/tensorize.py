@@ -21,11 +21,12 @@ from ..ir.printer import ScriptPrinter
 from ..ir.stmt import Block, BufferStore, For, IterVar, seq
 from ..ir.visit import walk
 from ..transform.region import block_regions
+from .handles import BlockRV, LoopRV
 from .intrinsics import Match, TensorIntrin, get_tensor_intrin
 from .state import find_loop, loops_of, replace_loop
 
 if TYPE_CHECKING:
-    from .schedule import BlockRV, LoopRV, Schedule
+    from .schedule import Schedule
 
 __all__ = ["TensorizePrimitives", "match_intrinsic", "tensorize"]
 
@@ -344,8 +345,6 @@ class TensorizePrimitives:
     def tensorize(self: Schedule, block_or_loop: BlockRV | LoopRV, intrin_name: str, target: str | None = None) -> None:
         """Replace a loop (or the loop directly around a block) by an intrinsic's implementation;
         see `tensorize.tensorize` for the preconditions."""
-        from .schedule import BlockRV, LoopRV
-
         if isinstance(block_or_loop, BlockRV):
             where: Var | str = block_or_loop.name
         elif isinstance(block_or_loop, LoopRV):

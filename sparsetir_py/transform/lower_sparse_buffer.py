@@ -11,16 +11,19 @@ size of one level (`nnz` of an int32 axis is checked at run time) or a small con
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from ..arith.interval import int_range
+from ..arith.layout_maps import linearize_map
 from ..errors import LoweringError
 from ..format.storage import offset_dtype, storage_shape
 from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED, SPARSE_FIXED
 from ..ir.buffer import FlatBuffer, SparseBuffer
-from ..ir.expr import BufferLoad, Call, IntImm, PrimExpr
+from ..ir.expr import BinOp, BufferLoad, Call, IntImm, PrimExpr, as_expr, is_const
 from ..ir.func import IRModule, PrimFunc
-from ..ir.layout import Layout
+from ..ir.layout import Layout, LayoutError
 from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, Block, BufferRegion, BufferStore, Range
 from ..ir.visit import map_children
@@ -67,7 +70,7 @@ class BufferFlattening:
             if len(indices) == 1:
                 return indices[0]
             shape = [mk.cast(dtype, s) for s in flat.shape]
-            return flat.layout.offset_expr([mk.cast(dtype, i) for i in indices], shape)
+            return layout_offset(flat.layout, [mk.cast(dtype, i) for i in indices], shape)
         off: PrimExpr | None = None
         for a, idx in zip(buf.axes, indices):
             idx = mk.cast(dtype, idx)
@@ -130,3 +133,58 @@ def lower_sparse_buffer(mod: PrimFunc | IRModule, layouts: Mapping[str, Layout] 
             raise LoweringError(f"`{func.name}` is at Stage I: run lower_sparse_iter first")
         out[name] = BufferFlattening(func, layouts or {}).run() if func.stage == 2 else func
     return IRModule(FrozenDict(out))
+
+
+# ------------------------------------------------------------------ dense offsets through layouts
+def layout_offset(layout: Layout, indices: Sequence[PrimExpr | int], shape: Sequence[PrimExpr | int]) -> PrimExpr:
+    """The flat offset of `buffer[indices]` in `layout`, as an IR expression.
+
+    Untiled layouts work with symbolic shapes (`sum(index[d] * stride[d])`); tiled layouts
+    need integer shapes and go through the simplified `linearize_map`.
+    """
+    layout.check_rank(len(shape))
+    if len(indices) != len(shape):
+        raise LayoutError(f"{len(indices)} indices for a shape of rank {len(shape)}")
+    index_exprs = [as_expr(i) for i in indices]
+    dtype = index_exprs[0].dtype if index_exprs else "int32"
+    if layout.tiles:
+        sizes = [_as_int(n) for n in shape]
+        if any(n is None for n in sizes):
+            raise LayoutError(f"tiled layout {layout} needs a constant shape, got {tuple(shape)}")
+        from ..arith.interval import from_affine
+
+        (offset,) = linearize_map(sizes, layout).results
+        return from_affine(offset, index_exprs, dtype=dtype)
+    offset: PrimExpr | None = None
+    stride: PrimExpr = IntImm(1, dtype)
+    for d in layout.minor_to_major:
+        term = index_exprs[d] if is_const(stride, 1) else _mul(index_exprs[d], stride)
+        offset = term if offset is None else _add(offset, term)
+        stride = _mul(stride, as_expr(shape[d], dtype))
+    return IntImm(0, dtype) if offset is None else offset
+
+
+def _as_int(value: Any) -> int | None:
+    """The value of a constant extent (an int, an `IntImm`, or any expression with one value)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, IntImm):
+        return value.value
+    lo, hi = int_range(value)
+    return lo if lo is not None and lo == hi else None
+
+
+def _mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        return IntImm(a.value * b.value, a.dtype)
+    if isinstance(b, IntImm) and b.value == 1:
+        return a
+    if isinstance(a, IntImm) and a.value == 1:
+        return b
+    return BinOp("*", a, b)
+
+
+def _add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        return IntImm(a.value + b.value, a.dtype)
+    return BinOp("+", a, b)

@@ -13,6 +13,7 @@ from sparsetir_py.arith.interval import int_range
 from sparsetir_py.arith.layout_maps import delinearize_map, linearize_map
 from sparsetir_py.ir import Cast, FlatBuffer, IntImm, Layout, Var
 from sparsetir_py.ir.layout import LayoutError
+from sparsetir_py.transform.lower_sparse_buffer import layout_offset
 
 
 def reference_offset(index, shape, layout: Layout) -> int:
@@ -66,8 +67,8 @@ def test_document_2x3_column_major():
     for index in itertools.product(range(2), range(3)):
         memory[layout.linear_index(index, (2, 3))] = letters[index]
     assert " ".join(memory) == "a d b e c f"
-    assert str(layout.linearize_map((2, 3))) == "(d0, d1) -> (d1 * 2 + d0), domain: d0 in [0, 1], d1 in [0, 2]"
-    assert str(layout.delinearize_map((2, 3))) == "(d0) -> (d0 mod 2, d0 floordiv 2), domain: d0 in [0, 5]"
+    assert str(linearize_map((2, 3), layout)) == "(d0, d1) -> (d1 * 2 + d0), domain: d0 in [0, 1], d1 in [0, 2]"
+    assert str(delinearize_map((2, 3), layout)) == "(d0) -> (d0 mod 2, d0 floordiv 2), domain: d0 in [0, 5]"
     check_layout((2, 3), layout)
 
 
@@ -81,7 +82,7 @@ def test_document_2x3_row_major_is_the_default():
     assert " ".join(memory) == "a b c d e f"
     assert layout == Layout.row_major(2) and layout.is_row_major()
     assert FlatBuffer("B", (IntImm(2), IntImm(3)), "float32").layout == layout
-    assert str(layout.linearize_map((2, 3))) == "(d0, d1) -> (d0 * 3 + d1), domain: d0 in [0, 1], d1 in [0, 2]"
+    assert str(linearize_map((2, 3), layout)) == "(d0, d1) -> (d0 * 3 + d1), domain: d0 in [0, 1], d1 in [0, 2]"
     check_layout((2, 3), layout)
 
 
@@ -155,7 +156,7 @@ def test_tail_padding():
     layout = Layout((0,), tail_padding_alignment=4)
     assert layout.size((3,)) == 4
     assert layout.multi_index(3, (3,)) is None
-    assert str(layout.delinearize_map((3,))) == "(d0) -> (d0), domain: d0 in [0, 2]"
+    assert str(delinearize_map((3,), layout)) == "(d0) -> (d0), domain: d0 in [0, 2]"
     assert str(layout) == "{0:L(4)}"
 
 
@@ -172,27 +173,27 @@ def test_layout_errors_are_reported_when_used():
     with pytest.raises(LayoutError, match="permutation"):
         Layout((0, 0)).linear_index((0, 0), (2, 2))
     with pytest.raises(LayoutError, match="positive"):
-        Layout((1, 0), tiles=((8, 0),)).linearize_map((2, 2))
+        linearize_map((2, 2), Layout((1, 0), tiles=((8, 0),)))
     with pytest.raises(LayoutError, match="has 2 dimensions, the shape has 3"):
-        Layout((1, 0)).linearize_map((2, 2, 2))
+        linearize_map((2, 2, 2), Layout((1, 0)))
     with pytest.raises(LayoutError, match="out of bounds"):
         Layout((1, 0)).linear_index((2, 0), (2, 2))
 
 
 def test_offset_expressions_for_lowering():
-    """`offset_expr` gives the IR offset of `B[i, j]`: symbolic shapes without tiles, maps with."""
+    """`layout_offset` gives the IR offset of `B[i, j]`: symbolic shapes without tiles, maps with."""
     i, j, n = Var("i"), Var("j"), Var("n")
-    row = Layout((1, 0)).offset_expr([i, j], [IntImm(4), n])
-    col = Layout((0, 1)).offset_expr([i, j], [IntImm(4), n])
+    row = layout_offset(Layout((1, 0)), [i, j], [IntImm(4), n])
+    col = layout_offset(Layout((0, 1)), [i, j], [IntImm(4), n])
     for vi, vj, vn in [(0, 0, 3), (3, 2, 5), (1, 4, 7)]:
         ranges = {i: (vi, vi), j: (vj, vj), n: (vn, vn)}
         assert int_range(row, ranges) == (vi * vn + vj,) * 2
         assert int_range(col, ranges) == (vi + vj * 4,) * 2
     tiled = Layout.parse("{1,0:T(2,2)}")
-    expr = tiled.offset_expr([i, j], [3, 5])
+    expr = layout_offset(tiled, [i, j], [3, 5])
     for vi, vj in itertools.product(range(3), range(5)):
         assert int_range(expr, {i: (vi, vi), j: (vj, vj)}) == (tiled.linear_index((vi, vj), (3, 5)),) * 2
     with pytest.raises(LayoutError, match="constant shape"):
-        tiled.offset_expr([i, j], [3, n])
+        layout_offset(tiled, [i, j], [3, n])
     cast_shape = [Cast("int64", IntImm(3)), Cast("int64", IntImm(5))]
-    assert tiled.offset_expr([i, j], cast_shape) == expr
+    assert layout_offset(tiled, [i, j], cast_shape) == expr
