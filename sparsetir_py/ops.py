@@ -5,14 +5,24 @@
 
 Kernels are cached per (operator, format, value dtype, index dtype, target, schedule, and the
 feature width on CUDA, where it is specialised), so calling again with new values does not
-recompile. The O(nnz) structure check runs
-once per matrix structure: a record keyed on the identity of `indptr`/`indices` (held weakly)
-and the shape remembers what was checked. Mutating those arrays in place afterwards is not
-detected.
+recompile.
+
+Inputs are checked as stored, before any scipy routine that assumes a valid structure (format
+conversion, `sum_duplicates`) sees them: a broken indptr, out-of-range indices, arrays of the
+wrong length or dtype, or a shape the arrays do not fit raise `sp.InputError`. Unsorted or
+duplicated entries, other scipy formats, explicit zeros and NaN values are valid and give
+scipy's answer. The O(nnz) structure check runs once per matrix structure: a record keyed on the
+identity of `indptr`/`indices` (held weakly) and the shape remembers what was checked. Mutating
+those arrays in place afterwards is not detected.
+
+Results never share memory with an input: `spmm` returns a new array, and `sddmm`'s matrix owns
+copies of A's `indptr`/`indices` (as scipy's `A.multiply` does), so changing it in place
+(`eliminate_zeros`, `sort_indices`) leaves A alone.
 """
 
 from __future__ import annotations
 
+import numbers
 import weakref
 from collections.abc import Callable
 
@@ -85,18 +95,28 @@ def _value_dtype(*dtypes) -> np.dtype:
     for d in dtypes:
         if np.issubdtype(d, np.complexfloating):
             raise InputError(f"complex values ({d}) are not supported")
+        if np.dtype(d).kind not in "biuf":
+            raise InputError(f"values must be real numbers, got dtype {d}")
     if all(np.dtype(d) == np.float32 for d in dtypes):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
 
 
 def _as_csr(A, name: str = "A") -> scipy.sparse.csr_matrix:
-    """A canonical CSR view of `A` (sorted, no duplicates); `A` itself when it already is one."""
+    """A canonical CSR view of `A` (sorted, no duplicates); `A` itself when it already is one.
+
+    The raw arrays are checked first (`_check_raw`), so that no scipy routine that assumes a valid
+    structure (conversion, `sum_duplicates`, written in C++) ever sees a broken one: those crash or
+    answer wrongly instead of raising."""
     if not (scipy.sparse.issparse(A)):
         raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
     if A.ndim != 2:
         raise InputError(f"`{name}` must be 2-D, got {A.ndim}-D")
+    if not (A.format == "csr" and _structure_checked(A)):
+        _check_raw(A, name)
     csr = A.tocsr()
+    if len(csr.indices) != csr.nnz or len(csr.data) != csr.nnz:  # storage past indptr[-1]: not stored
+        csr = scipy.sparse.csr_matrix((csr.data[: csr.nnz], csr.indices[: csr.nnz], csr.indptr), shape=csr.shape)
     if not csr.has_canonical_format:
         csr = csr.copy()
         csr.sum_duplicates()
@@ -106,13 +126,92 @@ def _as_csr(A, name: str = "A") -> scipy.sparse.csr_matrix:
     return csr
 
 
+def _check_raw(A, name: str) -> None:
+    """Check the arrays of a scipy matrix as stored, before scipy touches them; `InputError`."""
+    shape = A.shape
+    if len(shape) != 2 or not all(isinstance(n, numbers.Integral) and n >= 0 for n in shape):
+        raise InputError(f"`{name}` has an invalid shape {shape}")
+    if A.format in ("csr", "csc", "bsr"):
+        _check_compressed(A, name)
+    elif A.format == "coo":
+        coords = A.coords if hasattr(A, "coords") else (A.row, A.col)
+        _check_values(A.data, len(coords[0]), name)
+        for axis, (c, n) in enumerate(zip(coords, shape)):
+            _check_indices(c, n, f"`{name}`'s {('row', 'column')[axis]} indices", len(A.data))
+    else:  # lil, dok, dia: Python-level structures that scipy converts safely; check the result
+        csr = A.tocsr()
+        _check_compressed(csr, name)
+
+
+def _check_compressed(A, name: str) -> None:
+    """indptr / indices / data of a CSR, CSC or BSR matrix."""
+    major, minor = A.shape if A.format != "csc" else A.shape[::-1]
+    if A.format == "bsr":
+        r, c = A.blocksize
+        if r <= 0 or c <= 0 or major % r or minor % c:
+            raise InputError(f"`{name}`: block size {A.blocksize} does not divide the shape {A.shape}")
+        major, minor = major // r, minor // c
+    indptr, indices, data = A.indptr, A.indices, A.data
+    for label, arr in (("indptr", indptr), ("indices", indices)):
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise InputError(f"`{name}.{label}` must be a 1-D integer array, got {_describe(arr)}")
+    if len(indptr) != major + 1:
+        raise InputError(f"`{name}.indptr` must have {major + 1} entries for shape {A.shape}, got {len(indptr)}")
+    if indptr[0] != 0:
+        raise InputError(f"`{name}.indptr` must start at 0, got {indptr[0]}")
+    if major and np.any(indptr[1:] < indptr[:-1]):
+        raise InputError(f"`{name}.indptr` must be non-decreasing")
+    nnz = int(indptr[-1])
+    if nnz > len(indices):
+        raise InputError(f"`{name}.indptr` ends at {nnz}, but `{name}.indices` has only {len(indices)} entries")
+    if A.format == "bsr":
+        if not isinstance(data, np.ndarray) or data.ndim != 3 or data.shape[0] < nnz or data.shape[1:] != A.blocksize:
+            raise InputError(f"`{name}.data` must have shape ({nnz}, {r}, {c}), got {_describe(data)}")
+        _check_values(data[:nnz].reshape(-1), nnz * r * c, name)
+    else:
+        _check_values(data, len(indices), name)
+    _check_indices(indices[:nnz], minor, f"`{name}.indices`", nnz)
+
+
+def _check_values(data, length: int, name: str) -> None:
+    if not isinstance(data, np.ndarray) or data.ndim != 1:
+        raise InputError(f"`{name}.data` must be a 1-D array, got {_describe(data)}")
+    if len(data) != length:
+        raise InputError(f"`{name}.data` has {len(data)} entries, but the structure stores {length}")
+    if not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
+        raise InputError(f"`{name}.data` must hold numbers, got dtype {data.dtype}")
+
+
+def _check_indices(ix, extent: int, what: str, length: int) -> None:
+    if not isinstance(ix, np.ndarray) or ix.ndim != 1 or not np.issubdtype(ix.dtype, np.integer):
+        raise InputError(f"{what} must be a 1-D integer array, got {_describe(ix)}")
+    if len(ix) != length:
+        raise InputError(f"{what} has {len(ix)} entries, expected {length}")
+    if len(ix) and (ix.min() < 0 or ix.max() >= extent):
+        raise InputError(f"{what} must lie in [0, {extent}), got values in [{ix.min()}, {ix.max()}]")
+
+
+def _describe(arr) -> str:
+    if isinstance(arr, np.ndarray):
+        return f"an array of dtype {arr.dtype} and shape {arr.shape}"
+    return type(arr).__name__
+
+
 def _dense(X, name: str, rows: int, dtype: np.dtype) -> np.ndarray:
-    arr = np.asarray(X)
-    if arr.ndim != 2:
-        raise InputError(f"`{name}` must be a 2-D array, got shape {arr.shape}")
-    if arr.shape[0] != rows:
-        raise InputError(f"`{name}` must have {rows} rows, got {arr.shape[0]}")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    """`X` as a C-contiguous 2-D array of `dtype` (a copy only where needed)."""
+    if scipy.sparse.issparse(X):
+        raise InputError(f"`{name}` must be a dense array, got a scipy sparse matrix")
+    try:
+        arr = np.asarray(X)
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"`{name}` must hold real numbers, got dtype {arr.dtype}")
+        if arr.ndim != 2:
+            raise InputError(f"`{name}` must be a 2-D array, got shape {arr.shape}")
+        if arr.shape[0] != rows:
+            raise InputError(f"`{name}` must have {rows} rows, got {arr.shape[0]}")
+        return np.ascontiguousarray(arr, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"`{name}` cannot be read as an array of {dtype}: {e}") from None
 
 
 def _structure_checked(csr) -> bool:
@@ -215,7 +314,12 @@ def sddmm(A, X, Y, target: str = "cpu", schedule: Callable | str | None = None) 
         nnz=csr.nnz,
         **sizes,
     )
-    with_data = getattr(csr, "_with_data", None)  # skips the constructor's structure check (~20 us)
-    if with_data is not None:
-        return with_data(out, copy=False)
-    return scipy.sparse.csr_matrix((out, csr.indices, csr.indptr), shape=csr.shape, copy=False)
+    # The result owns its structure (copies of A's indptr/indices, as scipy's `A.multiply` gives):
+    # an in-place change of the result (`eliminate_zeros`, `sort_indices`) must not reach A.
+    # `_with_data` skips the constructor's structure check (~20 us), which A passed already.
+    with_data = getattr(csr, "_with_data", None)
+    if with_data is None:
+        return scipy.sparse.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape, copy=False)
+    S = with_data(out, copy=False)
+    S.indices, S.indptr = csr.indices.copy(), csr.indptr.copy()
+    return S
