@@ -31,6 +31,7 @@ from ..ir.expr import Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import SparseIteration, Stmt
 from ..ir.visit import map_children, walk
+from .state import missing
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -77,7 +78,8 @@ def find_sparse_iteration(func: PrimFunc, name: str, primitive: str) -> SparseIt
     for n in walk(func.body):
         if isinstance(n, SparseIteration) and n.name == name:
             return n
-    raise ScheduleError(f"in `{primitive}`: no sparse iteration named {name!r} in `{func.name}`")
+    names = [n.name for n in walk(func.body) if isinstance(n, SparseIteration)]
+    raise missing(primitive, "sparse iteration", name, func, names)
 
 
 def _resolve(it: SparseIteration, refs: Sequence[IterRef], primitive: str) -> list[Var]:

@@ -8,6 +8,7 @@ walk can be replaced or removed by identity afterwards.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 
 from ..errors import ScheduleError
@@ -23,18 +24,39 @@ EMPTY = SeqStmt(())
 
 
 # ---------------------------------------------------------------- finding
+def missing(primitive: str, what: str, name: str, func: PrimFunc, existing: list[str]) -> ScheduleError:
+    """ "no block named 'x'" with the names that do exist (in program order) and the closest one.
+
+    Loops are found by their variable, not their name (two loops may share one), so a loop handle
+    from another function reads "loop `i` is not in `f`", also when `f` has a loop called `i`."""
+    close = difflib.get_close_matches(name, [e for e in existing if e != name], n=1, cutoff=0.6)
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    listed = ", ".join(f"`{e}`" for e in existing) if existing else "none"
+    if what == "loop":
+        return ScheduleError(f"in `{primitive}`: loop `{name}` is not in `{func.name}` (its loops: {listed}){hint}")
+    return ScheduleError(f"in `{primitive}`: no {what} named {name!r} in `{func.name}` (it has {listed}){hint}")
+
+
+def block_names(func: PrimFunc) -> list[str]:
+    return [n.name for n in walk(func.body) if isinstance(n, Block)]
+
+
+def loop_names(func: PrimFunc) -> list[str]:
+    return [n.loop_var.name for n in walk(func.body) if isinstance(n, For)]
+
+
 def find_block(func: PrimFunc, name: str, primitive: str) -> Block:
     for n in walk(func.body):
         if isinstance(n, Block) and n.name == name:
             return n
-    raise ScheduleError(f"in `{primitive}`: no block named {name!r} in `{func.name}`")
+    raise missing(primitive, "block", name, func, block_names(func))
 
 
 def find_loop(func: PrimFunc, loop_var, primitive: str) -> For:
     for n in walk(func.body):
         if isinstance(n, For) and n.loop_var is loop_var:
             return n
-    raise ScheduleError(f"in `{primitive}`: loop `{getattr(loop_var, 'name', loop_var)}` is not in `{func.name}`")
+    raise missing(primitive, "loop", getattr(loop_var, "name", str(loop_var)), func, loop_names(func))
 
 
 def child_stmts(s: Stmt) -> list[Stmt]:
@@ -67,14 +89,14 @@ def find_path(func: PrimFunc, match: Callable[[Stmt], bool]) -> list[Stmt] | Non
 def block_path(func: PrimFunc, name: str, primitive: str) -> list[Stmt]:
     path = find_path(func, lambda s: isinstance(s, Block) and s.name == name)
     if path is None:
-        raise ScheduleError(f"in `{primitive}`: no block named {name!r} in `{func.name}`")
+        raise missing(primitive, "block", name, func, block_names(func))
     return path
 
 
 def loop_path(func: PrimFunc, loop_var, primitive: str) -> list[Stmt]:
     path = find_path(func, lambda s: isinstance(s, For) and s.loop_var is loop_var)
     if path is None:
-        raise ScheduleError(f"in `{primitive}`: loop `{getattr(loop_var, 'name', loop_var)}` is not in `{func.name}`")
+        raise missing(primitive, "loop", getattr(loop_var, "name", str(loop_var)), func, loop_names(func))
     return path
 
 

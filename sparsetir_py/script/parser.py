@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import difflib
 import inspect
 import itertools
 import linecache
@@ -88,6 +89,17 @@ STUBS = {
     "cast": B.cast,
 }
 PY_BUILTINS = {"min": "min", "max": "max", "abs": "abs", "range": "serial"}
+# Names of the script namespace that are not calls with a stub (decorators, annotations, the
+# `T.axis` prefix of `T.axis.spatial`).
+NAMESPACE_NAMES = ("prim_func", "ir_module", "axis")
+
+
+def known_t_names() -> set[str]:
+    """Every `T.<name>` a script may use: constructs, dtypes and intrinsics (also those registered
+    after import, hence computed on each use)."""
+    return {*STUBS, *B.DTYPES, *INTRINSICS, *NAMESPACE_NAMES}
+
+
 _MISSING = object()
 
 
@@ -145,14 +157,24 @@ class Parser:
         return value is script_module
 
     def t_name(self, node: ast.AST) -> str | None:
-        """`T.a.b` -> "a.b" when the base name is the script namespace."""
+        """`T.a.b` -> "a.b" when the base name is the script namespace.
+
+        A name the namespace does not have is an error at its own line, with the closest valid
+        names suggested (a misspelt declaration would otherwise surface later, as an unknown
+        variable where the declared one is used)."""
         parts = []
+        attribute = node
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
             node = node.value
         if not parts or not isinstance(node, ast.Name) or not self.is_t_module(node.id):
             return None
-        return ".".join(reversed(parts))
+        name = ".".join(reversed(parts))
+        if name not in known_t_names():
+            close = difflib.get_close_matches(name, sorted(known_t_names()), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(f'`T.{c}`' for c in close)}?" if close else ""
+            raise self.fail(attribute, f"unknown construct `T.{name}`: the script namespace has no `{name}`{hint}")
+        return name
 
     def call_name(self, node: ast.AST) -> str | None:
         if not isinstance(node, ast.Call):

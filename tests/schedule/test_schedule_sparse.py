@@ -501,3 +501,20 @@ def test_fail_fuse_twice_and_attached():
     h = hyper.get_sparse_iteration("hyper_gnn")
     _, _, j2, it2 = hyper.get_sp_iters(h)
     _fails(hyper, "iterator `it` is already attached", hyper.sparse_fuse, h, [j2, it2])
+
+
+def test_lookups_list_what_exists():
+    """A failed lookup names what the function does have, and the closest name."""
+    from sparsetir_py.ops import spmm_script
+
+    f = spmm_script()
+    sch = sp.Schedule(sp.lower_sparse_iter(f))
+    with pytest.raises(sp.ScheduleError, match=r"no block named 'csrmm' in `csrmm` \(it has `csrmm0`, `csrmm1`\)"):
+        sch.get_block("csrmm")
+    other = sp.Schedule(sp.lower_sparse_iter(f))
+    (i,) = other.get_loops(other.get_block("csrmm0"))
+    with pytest.raises(sp.ScheduleError, match=r"loop `i` is not in `csrmm` \(its loops: `i`, `k_init`, `j`, `k`\)"):
+        sch.split(i, [None, 2])
+    stage1 = sp.Schedule(f)
+    with pytest.raises(sp.ScheduleError, match=r"no sparse iteration named 'csrm' .*\(it has `csrmm`\); did you mean"):
+        stage1.get_sparse_iteration("csrm")

@@ -424,3 +424,63 @@ def f(x: T.handle, y: T.handle, n: T.int32):
         B.INTRINSIC_STUBS.pop("late_softsign", None)
     with pytest.raises(AttributeError):
         T.late_softsign
+
+
+MISSPELT = """
+@T.prim_func
+def f(a: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32, nnz: T.int32):
+    I = T.dense_fixed(m)
+    J = T.sparse_varaible(I, (n, nnz), (indptr, indices), "int32")
+    A = T.match_sparse_buffer(a, (I, J), "float32")
+"""
+
+
+@pytest.mark.parametrize(
+    ("bad", "good", "line"),
+    [
+        ("T.sparse_varaible(", "sparse_variable", 5),  # a declaration: before, "unknown name `J`" a line later
+        ('T.match_sparse_bufer(a, (I, J), "float32")', "match_sparse_buffer", 6),
+        ("m: T.int32,", "int32", 3),  # an annotation
+    ],
+)
+def test_misspelt_namespace_names_fail_at_their_own_line(bad, good, line):
+    text = MISPELT_VARIANTS[bad]
+    with pytest.raises(sp.FrontendError) as info:
+        sp.from_script(text)
+    message = str(info.value)
+    assert f"did you mean `T.{good}`" in message
+    assert f":{line}:" in message.splitlines()[0]
+
+
+MISPELT_VARIANTS = {
+    "T.sparse_varaible(": MISSPELT,
+    'T.match_sparse_bufer(a, (I, J), "float32")': MISSPELT.replace("sparse_varaible", "sparse_variable").replace(
+        "match_sparse_buffer", "match_sparse_bufer"
+    ),
+    "m: T.int32,": MISSPELT.replace("sparse_varaible", "sparse_variable").replace("m: T.int32", "m: T.in32"),
+}
+
+
+def test_misspelt_name_in_a_body_expression():
+    text = MISPELT_VARIANTS["T.sparse_varaible("].replace("sparse_varaible", "sparse_variable") + (
+        '    with T.sp_iter([I, J], "SS", "e") as [i, j]:\n        A[i, j] = T.exq(A[i, j])\n'
+    )
+    with pytest.raises(sp.FrontendError, match=r"unknown construct `T.exq`.*did you mean `T.exp`"):
+        sp.from_script(text)
+
+
+def test_unknown_name_without_a_close_match_has_no_suggestion():
+    text = MISSPELT.replace("T.sparse_varaible", "T.zzzzzzzzzz")
+    with pytest.raises(sp.FrontendError, match=r"the script namespace has no `zzzzzzzzzz`\n"):
+        sp.from_script(text)
+
+
+def test_intrinsic_registered_after_import_still_parses():
+    from sparsetir_py.ir.op import INTRINSICS, register_intrinsic
+
+    if "late_square_t" not in INTRINSICS:
+        register_intrinsic("late_square_t", 1)
+    text = MISPELT_VARIANTS["T.sparse_varaible("].replace("sparse_varaible", "sparse_variable") + (
+        '    with T.sp_iter([I, J], "SS", "e") as [i, j]:\n        A[i, j] = T.late_square_t(A[i, j])\n'
+    )
+    assert "late_square_t" in sp.from_script(text).script()
