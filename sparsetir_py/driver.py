@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 from .ir.func import IRModule, PrimFunc
 from .ir.layout import Layout
+from .ir.verify import verify
 from .runtime.build import build
 from .runtime.kernel import Kernel
 from .schedule import Schedule
@@ -48,6 +49,9 @@ def compile(
     the Stage I function first (sparse_reorder / sparse_fuse).
     """
     mod = IRModule.from_any(func)
+    # Ill-formed input fails here with the verifier's named error (an unstored write, say), not as
+    # a wrong kernel; passes assume valid input.
+    verify(mod)
     if specialize:
         # Bind sizes first, so loop extents are constants for the schedule and the code generator.
         mod = IRModule.from_any({k: f.specialize(specialize) for k, f in mod.items()})

@@ -10,9 +10,7 @@ float32/float64 values.
 - `make_args(A, rng, idtype, dtype, feat=4) -> (kwargs, outputs)`: the keyword arguments of
   `sp.interpret` (numpy arrays and Python ints) built from a CSR matrix `A` (already passed
   through `prepare_csr`), and the names of the arrays the script writes. Outputs are pre-filled
-  with NaN so that an entry the interpreter forgets to write fails the comparison, except where
-  the script writes only part of an output (csr2bsr: the padding inside blocks), which the caller
-  must zero.
+  with NaN so that an entry the interpreter forgets to write fails the comparison.
 - `reference(A, kwargs) -> {output name: expected array}`: the same computation done with
   scipy/numpy in float64, independently of the interpreter, cast to the output dtype.
 
@@ -462,7 +460,10 @@ def make_square_sum(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFun
 
 
 def make_csr2bsr(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
-    """Format copy: scatter a CSR matrix into a BSR matrix whose block structure is given."""
+    """Format copy: fill a BSR matrix whose block structure is given from a CSR matrix, cell by
+    cell over the BSR structure (a gather: reading A where it stores nothing gives 0, the padding).
+    SparseTIR's own version scatters A's nonzeros into B through `i // blk, j // blk`; the
+    verifier rejects that (a write the structure may not store), see tests/ir/test_unstored_writes.py."""
 
     @T.prim_func
     def csr2bsr(
@@ -488,8 +489,8 @@ def make_csr2bsr(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
         BJ = T.dense_fixed(blk, idtype)
         A = T.match_sparse_buffer(a, (I, J), dtype)
         B = T.match_sparse_buffer(b, (IB, JB, BI, BJ), dtype)
-        with T.sp_iter([I, J], "SS", "csr2bsr") as [i, j]:
-            B[i // blk, j // blk, i % blk, j % blk] = A[i, j]
+        with T.sp_iter([IB, JB, BI, BJ], "SSSS", "csr2bsr") as [ib, jb, bi, bj]:
+            B[ib, jb, bi, bj] = A[ib * blk + bi, jb * blk + bj]
 
     return csr2bsr
 
@@ -946,21 +947,25 @@ def _square_sum_ref(A, kw):
 
 
 def _csr2bsr_args(A, rng, idtype, dtype, feat=4):
-    m, n = A.shape
+    m = A.shape[0]
     blk = int(rng.integers(2, 5))
     bsr = _padded_bsr(A, blk)
     nnzb = len(bsr.indices)
+    mb, nb = bsr.shape[0] // blk, bsr.shape[1] // blk
+    # A with the padded shape (empty rows and columns added), so that every cell of a block is a
+    # coordinate of A: B reads it and gets 0 where A stores nothing.
+    indptr = np.concatenate([A.indptr, np.full(mb * blk - m, A.nnz, dtype=A.indptr.dtype)])
     kwargs = {
         "a": A.data.copy(),
-        "b": np.zeros((nnzb, blk, blk), dtype=dtype),  # the script writes only stored entries
-        "indptr_in": _idx(A.indptr, idtype),
+        "b": np.full((nnzb, blk, blk), np.nan, dtype=dtype),
+        "indptr_in": _idx(indptr, idtype),
         "indices_in": _idx(A.indices, idtype),
         "indptr_out": _idx(bsr.indptr, idtype),
         "indices_out": _idx(bsr.indices, idtype),
-        "m": m,
-        "n": n,
-        "mb": bsr.shape[0] // blk,
-        "nb": bsr.shape[1] // blk,
+        "m": mb * blk,
+        "n": nb * blk,
+        "mb": mb,
+        "nb": nb,
         "nnz": A.nnz,
         "nnzb": nnzb,
         "blk": blk,

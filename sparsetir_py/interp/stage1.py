@@ -29,6 +29,7 @@ from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import AtomicAdd, BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt, SparseIteration, Stmt
+from ..ir.verify import verify
 from ..ir.visit import walk
 
 
@@ -481,6 +482,9 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
         flat = lower_sparse_buffer(func)["main"] if func.stage == 2 else func
         run_loops(flat, bind_arguments(flat, args, kwargs))
         return
+    # The oracle runs only well-formed functions: an ill-formed one (a write its structure may not
+    # store, say) gets the verifier's named error, as `sp.compile` gives it.
+    verify(func)
     bound = bind_arguments(func, args, kwargs)
     with np.errstate(all="ignore"):
         Interpreter(func, bound).run(func.body, Frame.unit())

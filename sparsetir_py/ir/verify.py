@@ -56,6 +56,13 @@ Rules, in the order they are checked:
   iterator; iterators are integer variables; iteration names are unique.
 - `ReductionWriteError`: no store (`BufferStore`, `AtomicAdd`) in a sparse iteration's body or
   init, or directly in a block that has an init, is indexed by a reduction iterator of it.
+- `UnstoredWriteError` (Stage I): every store into a sparse buffer lands on a coordinate its
+  structure stores: each sparse or variable axis of the buffer is indexed by the iterator of that
+  very axis, and the position before it (its parent) by the iterator that gives that iterator
+  its row. An iterator of another axis, an index expression (SparseTIR's `csr2bsr` scatters
+  through `i // blk`) or another row may name an unstored coordinate, where a write has nowhere to
+  go; iterate the written buffer's own axes and read the source there instead (a read of an
+  unstored coordinate gives the default value, the padding of a format copy).
 - `LoopExtentError`: constant extents (loops, block iterators, axis lengths, nnz, nnz_cols,
   buffer shapes, regions) are non-negative; a loop's kind is in `LOOP_KINDS`.
   - `ThreadBindingError`: a thread_binding loop has a tag from `THREAD_TAGS` and starts at 0,
@@ -212,6 +219,14 @@ class InitWriteError(ReductionWriteError):
 
     The init runs once per spatial point; two spatial points writing one element would each
     re-initialise it, so the result would depend on the order of the points.
+    """
+
+
+class UnstoredWriteError(VerifyError):
+    """A Stage I iteration writes a sparse buffer at coordinates its structure may not store.
+
+    Reading there gives the buffer's default value; a write has no storage to go to, so it is an
+    error here, before any kernel could drop it or write elsewhere.
     """
 
 
@@ -511,6 +526,10 @@ class _FuncVerifier:
         self.block_names: set[str] = set()
         self.iter_names: set[str] = set()
         self.iter_axes: list[set[Axis]] = []
+        # Iterators of the enclosing sparse iterations: axis -> its iterator, and iterator -> (the
+        # stored axis it walks, the iterator that gives it its row), for `check_stored_write`.
+        self.axis_iters: dict[Axis, Var] = {}
+        self.iter_rows: dict[Var, tuple[Axis, Var | None]] = {}
         self.reductions: list[tuple[str, frozenset[Var]]] = []
         self.init_spatials: list[tuple[str, frozenset[Var]]] = []
         self.threads: list[str] = []
@@ -802,10 +821,19 @@ class _FuncVerifier:
             list(self.reductions),
             list(self.threads),
             list(self.init_spatials),
+            dict(self.axis_iters),
         )
 
     def restore(self, state: tuple) -> None:
-        self.scope, self.unreachable, self.buffers, self.reductions, self.threads, self.init_spatials = state
+        (
+            self.scope,
+            self.unreachable,
+            self.buffers,
+            self.reductions,
+            self.threads,
+            self.init_spatials,
+            self.axis_iters,
+        ) = state
 
     # -- expressions ----------------------------------------------------------------------------
 
@@ -944,6 +972,8 @@ class _FuncVerifier:
     def store(self, s: BufferStore | AtomicAdd) -> None:
         what = "stored" if isinstance(s, BufferStore) else "atomically added to"
         self.access(s.buffer, s.indices, what)
+        if self.stage == 1 and isinstance(s.buffer, SparseBuffer):
+            self.check_stored_write(s)
         for i, x in enumerate(s.indices):
             self.index(x, f"index {i} of `{s.buffer.name}`")
         self.expr(s.value)
@@ -973,6 +1003,37 @@ class _FuncVerifier:
                     InitWriteError,
                     f"`{owner}` has an init but writes buffer `{s.buffer.name}` at an index that does not use "
                     f"its spatial iterator `{v.name}` (several spatial points would share one element)",
+                )
+
+    def check_stored_write(self, s: BufferStore | AtomicAdd) -> None:
+        """Every sparse or variable axis of the written buffer is indexed by the iterator of that
+        very axis, and its parent's position by the iterator that gives that iterator its row:
+        then the coordinate is one the structure stores. Anything else (an iterator of another
+        axis, an expression, a row from elsewhere) may name a coordinate with no storage."""
+        buf = s.buffer
+        for pos, axis in enumerate(buf.axes):
+            if axis.kind == DENSE_FIXED:
+                continue
+            index = s.indices[pos]
+            walked, row = self.iter_rows.get(index, (None, None)) if isinstance(index, Var) else (None, None)
+            fix = (
+                f"write it from an iteration over `{buf.name}`'s own axes (iterate `{axis.name}` under "
+                f"`{axis.parent.name}`), or declare `{buf.name}` over the axes the iteration walks"
+            )
+            if walked is not axis:
+                got = f"iterates axis `{walked.name}`" if walked is not None else "is not an iterator of an axis"
+                self.fail(
+                    UnstoredWriteError,
+                    f"a write to `{buf.name}` at index {pos} uses {_show(index)}, which {got}, not `{buf.name}`'s "
+                    f"axis `{axis.name}`: it may name a coordinate `{axis.name}` does not store; {fix}",
+                )
+            parent_index = s.indices[pos - 1]
+            if parent_index is not row:
+                self.fail(
+                    UnstoredWriteError,
+                    f"a write to `{buf.name}` uses {_show(index)} (positions of `{axis.name}` in the row of "
+                    f"{_show(row)}) with {_show(parent_index)} as its row at index {pos - 1}: that row may not store "
+                    f"the coordinate; {fix}",
                 )
 
     def let_stmt(self, s: LetStmt) -> None:
@@ -1145,6 +1206,10 @@ class _FuncVerifier:
         reduce_vars = frozenset(v for v, k in zip(s.iter_vars, s.kinds) if k == "R")
 
         state = self.save()
+        for ia, v in zip(s.axes, s.iter_vars):
+            parent = iteration_parent(ia)
+            self.iter_rows[v] = (base_axis(ia), self.axis_iters.get(parent) if parent is not None else None)
+            self.axis_iters[base_axis(ia)] = v
         self.iter_axes.append({base_axis(ia) for ia in s.axes})
         self.reductions.append((s.name, reduce_vars))
         if s.init is not None:

@@ -174,8 +174,9 @@ def scatter(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.
 
 
 def test_write_to_a_coordinate_not_stored_is_an_error():
+    """The verifier rejects the function before it runs (tests/ir/test_unstored_writes.py)."""
     A = random_csr(4, 4, 0.3, 5)
-    with pytest.raises(sp.InputError, match="write to `A`"):
+    with pytest.raises(sp.VerifyError, match="a write to `A` at index 1 uses `j`"):
         sp.interpret(
             scatter, a=A.data.copy(), b=np.ones((4, 4), np.float32), indptr=A.indptr, indices=A.indices,
             m=4, n=4, nnz=A.nnz,
