@@ -70,7 +70,9 @@ def build(
     path = cache.kernel_path(directory, target, ks.name, key)
     cache.write_source(path, ks.source)
     module = cache.import_source(path)
-    kernel = KERNELS[target](ks, getattr(module, ks.name), path)
+    dispatcher = getattr(module, ks.name)
+    cache.guard_numba_cache(dispatcher)
+    kernel = KERNELS[target](ks, dispatcher, path)
     _debug_report(func, kernel)
     return kernel
 

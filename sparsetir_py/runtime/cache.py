@@ -9,17 +9,29 @@ Importing from a real file lets Numba's own `cache=True` keep compiled machine c
 
 The cache folder is `$SPARSETIR_CACHE_DIR`, else `$XDG_CACHE_HOME/sparsetir_py`, else
 `~/.cache/sparsetir_py`. Deleting it is always safe.
+
+The cache heals itself: disks fill up and processes die mid-write, and neither may turn into a
+failure of every later call. A generated source that cannot be read or does not hold what its
+name promises is rewritten; a Python bytecode file that fails to load is removed and the source
+imported again; a Numba cache entry (`*.nbi` index, `*.nbc` data, in `__pycache__` beside the
+source or under `$NUMBA_CACHE_DIR`) that fails to load is removed and the kernel compiled again,
+and one that cannot be saved is skipped. Each repair emits one `CacheWarning` naming the file.
+Every write is a temporary file renamed into place, so concurrent processes filling the same
+cache never see a half-written file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import hashlib
 import importlib.util
 import os
 import re
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,6 +43,10 @@ CACHE_FORMAT = 1
 HELPER_MODULES = ("cpu_intrinsics.py", "cuda_intrinsics.py", "cuda_warp.py")
 
 _MODULES: dict[Path, ModuleType] = {}
+
+
+class CacheWarning(UserWarning):
+    """A damaged file of the kernel cache was found and repaired (rewritten or removed)."""
 
 
 def cache_dir() -> Path:
@@ -67,18 +83,27 @@ def kernel_path(directory: Path, target: str, name: str, key: str) -> Path:
 
 
 def write_source(path: Path, source: str) -> None:
-    """Write `source` to `path` unless it already holds it (rewriting would invalidate Numba's cache)."""
+    """Write `source` to `path` unless it already holds it (rewriting would invalidate Numba's cache).
+
+    A file that cannot be read or holds anything else (damaged, truncated, emptied) is rewritten,
+    with a `CacheWarning`: its name is a hash of the source, so any other content is damage."""
+    data = source.encode("utf-8")
     try:
-        if path.read_text() == source:
-            return
-    except OSError:
-        pass
+        existing: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        existing = None
+    except OSError as e:
+        existing = f"unreadable: {e}".encode()
+    if existing == data:
+        return
+    if existing is not None:
+        _warn(f"generated source {path} does not hold the kernel it is named for (damaged or truncated); rewriting it")
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename, so that a concurrent process never imports a half-written file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -86,11 +111,29 @@ def write_source(path: Path, source: str) -> None:
 
 
 def import_source(path: Path) -> ModuleType:
-    """Import the generated module at `path` (once per process)."""
+    """Import the generated module at `path` (once per process).
+
+    Python keeps the module's bytecode in `__pycache__`; a bytecode file whose header is intact but
+    whose body is damaged fails to load (`bad marshal data`), and Python does not repair it: it is
+    removed, with a `CacheWarning`, and the source imported again."""
     path = path.resolve()
     module = _MODULES.get(path)
     if module is not None:
         return module
+    try:
+        module = _exec_source(path)
+    except Exception as e:
+        bytecode = Path(importlib.util.cache_from_source(str(path)))
+        if not bytecode.exists():
+            raise
+        _warn(f"the bytecode {bytecode} of a generated kernel failed to load ({type(e).__name__}: {e}); removing it")
+        bytecode.unlink(missing_ok=True)
+        module = _exec_source(path)
+    _MODULES[path] = module
+    return module
+
+
+def _exec_source(path: Path) -> ModuleType:
     name = f"sparsetir_generated_{path.parent.name}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:  # pragma: no cover - a .py path always has a loader
@@ -102,5 +145,59 @@ def import_source(path: Path) -> ModuleType:
     except BaseException:
         sys.modules.pop(name, None)
         raise
-    _MODULES[path] = module
     return module
+
+
+def guard_numba_cache(dispatcher: Any) -> None:
+    """Make the on-disk cache of one Numba dispatcher (CPU or CUDA) heal itself: an entry that
+    fails to load is removed and the kernel compiled again; a save that fails is skipped.
+
+    Only this dispatcher's cache object is wrapped (no global patch of Numba); dispatchers without
+    a disk cache (the CUDA simulator's, `cache=False`) are left alone."""
+    inner = getattr(dispatcher, "_cache", None)
+    if inner is None or isinstance(inner, _HealingNumbaCache) or not hasattr(inner, "_cache_file"):
+        return
+    dispatcher._cache = _HealingNumbaCache(inner)
+
+
+class _HealingNumbaCache:
+    """Delegates to Numba's cache of one function; `load_overload` / `save_overload` never fail."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        try:
+            return self._inner.load_overload(sig, target_context)
+        except Exception as e:  # unpickling, zlib, EOF, a data file the index names but garbled
+            removed = self._remove_entries()
+            _warn(
+                f"Numba's cache of a generated kernel failed to load ({type(e).__name__}: {e}); removed "
+                f"{', '.join(str(p) for p in removed) or 'nothing'} and compiling the kernel again"
+            )
+            return None  # the dispatcher compiles, then saves a fresh entry
+
+    def save_overload(self, sig: Any, data: Any) -> None:
+        try:
+            self._inner.save_overload(sig, data)
+        except Exception as e:  # a full disk or a read-only cache: the compiled kernel still runs
+            _warn(f"Numba's cache of a generated kernel could not be saved in {self._inner.cache_path} ({e})")
+
+    def _remove_entries(self) -> list[Path]:
+        """The index and data files of this function (`<base>.nbi`, `<base>.<n>.nbc`)."""
+        cache_file = self._inner._cache_file
+        index = Path(cache_file._index_path)
+        base = index.name[: -len(".nbi")]
+        removed = []
+        for p in [index, *index.parent.glob(f"{glob.escape(base)}.*.nbc")]:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                removed.append(p)
+        return removed
+
+
+def _warn(message: str) -> None:
+    warnings.warn(CacheWarning(message), stacklevel=3)
