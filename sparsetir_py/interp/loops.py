@@ -1,9 +1,19 @@
-"""A reference interpreter for Stage III (and, through `lower_sparse_buffer`, Stage II).
+"""A reference interpreter for Stages II and III, loop by loop.
 
 Point by point, in plain Python, following TensorIR semantics: a block binds its iterators to
 their values, does nothing when its predicate is false, and runs its `init` when every reduction
-iterator is 0. It checks every flat access against the buffer's size. Slow, and meant to be: it
-is the oracle that tells a lowering bug from a code generation bug on small inputs.
+iterator is 0. Slow, and meant to be: it is the oracle that tells a lowering bug from a code
+generation bug on small inputs.
+
+What it shares with what it checks: the IR and argument binding (`format.args`, so that kernels
+and the interpreter reject the same inputs and see the same value arrays). What it does not: no
+lowering pass runs. A Stage III access is a flat offset, checked against the buffer's size. A
+Stage II access to a sparse buffer is in position space (`A[vi, vj]`: row `vi`, position `vj`
+within it), and the interpreter finds the element itself, level by level, from the axes' own
+data: a dense level multiplies by its length, a fixed sparse level by its `nnz_cols`, a variable
+level starts at `indptr[parent offset]`; every position is checked against its level's extent
+in its row (a stricter check than the flat size). Flat buffers of several dimensions go through
+their layout's `linear_index`.
 """
 
 from __future__ import annotations
@@ -13,9 +23,10 @@ import math
 import numpy as np
 
 from ..errors import InterpretError
-from ..format.args import BoundArguments
+from ..format.args import AxisData, BoundArguments
 from ..ir import dtype as dt
-from ..ir.buffer import FlatBuffer
+from ..ir.axis import DENSE_FIXED, SPARSE_FIXED, Axis
+from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.eval import eval_int
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.func import PrimFunc
@@ -62,6 +73,7 @@ class LoopInterpreter:
         self.func = func
         self.env: dict[Var, object] = dict(bound.scalars)
         self.data: dict[FlatBuffer, np.ndarray] = dict(bound.buffers)
+        self.axes: dict[Axis, AxisData] = dict(bound.axes)
 
     # ---------------------------------------------------------------- expressions
     def ev(self, e: PrimExpr):
@@ -150,12 +162,44 @@ class LoopInterpreter:
 
     def element(self, buf, indices) -> tuple[np.ndarray, int]:
         arr = self.array(buf)
-        if len(indices) != 1:
-            raise InterpretError(f"`{buf.name}` accessed with {len(indices)} indices; Stage III uses flat offsets")
-        k = int(self.ev(indices[0]))
+        values = [int(self.ev(i)) for i in indices]
+        if isinstance(buf, SparseBuffer) and len(values) > 1:
+            k = self.position_offset(buf, values)
+        elif len(values) == 1:
+            k = values[0]
+        else:
+            shape = [int(self.ev(n)) for n in buf.shape]
+            if len(values) != len(shape) or not all(0 <= v < n for v, n in zip(values, shape)):
+                raise InterpretError(f"`{buf.name}` accessed at {tuple(values)}, outside its shape {tuple(shape)}")
+            k = buf.layout.linear_index(values, shape)
         if not 0 <= k < arr.size:
             raise InterpretError(f"`{buf.name}` accessed at offset {k}, outside [0, {arr.size})")
         return arr, k
+
+    def position_offset(self, buf: SparseBuffer, positions: list[int]) -> int:
+        """The element of a Stage II sparse buffer at `positions`, one per axis (see the module
+        docstring); a position outside its level's extent in its row is an `InterpretError`."""
+        if len(positions) != len(buf.axes):
+            raise InterpretError(f"`{buf.name}` accessed with {len(positions)} positions for {len(buf.axes)} axes")
+        off = None
+        for axis, p in zip(buf.axes, positions):
+            data = self.axes[axis]
+            if off is None or axis.kind == DENSE_FIXED:
+                extent = data.length
+                base = 0 if off is None else off * data.length
+            elif axis.kind == SPARSE_FIXED:
+                extent = data.nnz_cols
+                base = off * data.nnz_cols
+            else:  # sparse or dense variable: the row `off` of the parent level
+                if not 0 <= off < len(data.indptr) - 1:
+                    raise InterpretError(f"`{buf.name}`: row {off} of axis `{axis.name}` does not exist")
+                base, extent = int(data.indptr[off]), int(data.indptr[off + 1] - data.indptr[off])
+            if not 0 <= p < extent:
+                raise InterpretError(
+                    f"`{buf.name}` accessed at position {p} of axis `{axis.name}`, outside [0, {extent}) in its row"
+                )
+            off = base + p
+        return off
 
     # ---------------------------------------------------------------- statements
     def run(self, s: Stmt | None) -> None:
@@ -188,9 +232,17 @@ class LoopInterpreter:
         elif isinstance(s, Evaluate):
             self.ev(s.value)
         else:
-            raise InterpretError(f"`{type(s).__name__}` is not a Stage III statement")
+            raise InterpretError(f"`{type(s).__name__}` is not a Stage II or III statement")
 
-    def allocate(self, buf: FlatBuffer) -> None:
+    def allocate(self, buf: FlatBuffer | SparseBuffer) -> None:
+        if isinstance(buf, SparseBuffer):  # block-local sparse scratch: the stored size of its levels
+            last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
+            dense = buf.axes if last is None else buf.axes[last + 1 :]
+            size = (1 if last is None else self.axes[buf.axes[last]].n_pos) * math.prod(
+                self.axes[a].length for a in dense
+            )
+            self.data[buf] = np.zeros(size, dtype=buf.dtype)
+            return
         size = 1
         for extent in buf.shape:
             value = self.ev(extent)  # may read buffers: a block sizes scratch by its row's length
@@ -210,6 +262,6 @@ class LoopInterpreter:
 
 
 def run_loops(func: PrimFunc, bound: BoundArguments) -> None:
-    """Execute a Stage III function on checked arguments."""
+    """Execute a Stage II or III function on checked arguments."""
     with np.errstate(all="ignore"):
         LoopInterpreter(func, bound).run(func.body)

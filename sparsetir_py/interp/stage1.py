@@ -476,11 +476,10 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
     if not isinstance(func, PrimFunc):
         raise TypeError(f"interpret expects a PrimFunc, got {type(func).__name__}")
     if func.stage != 1:
-        from ..transform import lower_sparse_buffer
+        # Stages II and III run loop by loop, each with its own addressing (no lowering pass).
         from .loops import run_loops
 
-        flat = lower_sparse_buffer(func)["main"] if func.stage == 2 else func
-        run_loops(flat, bind_arguments(flat, args, kwargs))
+        run_loops(func, bind_arguments(func, args, kwargs))
         return
     # The oracle runs only well-formed functions: an ill-formed one (a write its structure may not
     # store, say) gets the verifier's named error, as `sp.compile` gives it.
