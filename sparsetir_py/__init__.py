@@ -4,10 +4,11 @@ import sparsetir_py as sp
 from sparsetir_py import script as T
 """
 
-from . import ir, ops, script
+from . import format, ir, ops, script
 from .driver import compile
 from .errors import (
     CodegenError,
+    FormatError,
     FrontendError,
     InputError,
     InterpretError,
@@ -16,6 +17,7 @@ from .errors import (
     SparseTIRError,
     VerifyError,
 )
+from .format import FormatRewriteRule
 from .interp import interpret
 from .ir import IRModule, Layout, PrimFunc
 from .ir.structural_equal import assert_structural_equal, structural_equal
@@ -23,10 +25,19 @@ from .ir.verify import verify
 from .runtime.build import build
 from .schedule import Schedule
 from .script import from_script
-from .transform import lower_sparse_buffer, lower_sparse_iter
+from .transform import (
+    decompose_format,
+    extract_preprocess,
+    format_decompose,
+    lower_sparse_buffer,
+    lower_sparse_iter,
+    remove_preprocess,
+)
 
 __all__ = [
     "CodegenError",
+    "FormatError",
+    "FormatRewriteRule",
     "FrontendError",
     "IRModule",
     "InputError",
@@ -41,12 +52,17 @@ __all__ = [
     "assert_structural_equal",
     "build",
     "compile",
+    "decompose_format",
+    "extract_preprocess",
+    "format",
+    "format_decompose",
     "from_script",
     "interpret",
     "ir",
     "lower_sparse_buffer",
     "lower_sparse_iter",
     "ops",
+    "remove_preprocess",
     "script",
     "structural_equal",
     "verify",

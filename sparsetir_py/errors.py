@@ -48,6 +48,11 @@ class CodegenError(SparseTIRError):
     """Code generation cannot render a construct for the chosen target."""
 
 
+class FormatError(SparseTIRError):
+    """A format rewrite rule that does not fit itself or the function it rewrites, or a matrix
+    that cannot be converted to a format."""
+
+
 class InputError(SparseTIRError):
     """Bad arrays or scalars passed to a kernel or to the interpreter; the message names the argument."""
 

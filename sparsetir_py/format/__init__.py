@@ -1,16 +1,19 @@
 """Formats: the storage facts of sparse buffers and the binding of arguments to a function.
 
+`rule` holds `FormatRewriteRule` (one part of a format decomposition, SparseTIR's eight fields).
 `storage` says how many positions a level stores and the shape, order and offset type of a
 buffer's values; `args` binds and checks the arguments of one call (kernels and the interpreter
 share it).
 """
 
 from .args import AxisData, BoundArguments, bind_arguments
+from .rule import FormatRewriteRule
 from .storage import eval_storage_shape, n_positions, offset_dtype, storage_order, storage_shape
 
 __all__ = [
     "AxisData",
     "BoundArguments",
+    "FormatRewriteRule",
     "bind_arguments",
     "eval_storage_shape",
     "n_positions",

@@ -1,19 +1,24 @@
 """Passes: one module per pass. Each takes a PrimFunc or an IRModule and returns an IRModule.
 
-Stage I -> II: `lower_sparse_iter`; Stage II -> III: `lower_sparse_buffer`; Stage III target
-passes (run by `sp.compile` before `sp.build`): `compact_buffers`, `promote_accumulators` (CPU),
-`hoist_loop_invariants`.
+Stage I -> I: `decompose_format` (composable formats). Stage I -> II: `lower_sparse_iter`.
+Stage II -> III: `lower_sparse_buffer`. Stage III target passes (run by `sp.compile` before
+`sp.build`): `compact_buffers`, `promote_accumulators` (CPU), `hoist_loop_invariants`.
 """
 
 from .compact_buffers import compact_buffers
+from .decompose_format import decompose_format, extract_preprocess, format_decompose, remove_preprocess
 from .hoist_invariants import hoist_loop_invariants, promote_accumulators
 from .lower_sparse_buffer import lower_sparse_buffer
 from .lower_sparse_iter import lower_sparse_iter
 
 __all__ = [
     "compact_buffers",
+    "decompose_format",
+    "extract_preprocess",
+    "format_decompose",
     "hoist_loop_invariants",
     "lower_sparse_buffer",
     "lower_sparse_iter",
     "promote_accumulators",
+    "remove_preprocess",
 ]

@@ -1,0 +1,176 @@
+"""`FormatRewriteRule`: one part of a format decomposition, as in SparseTIR.
+
+    rule = sp.FormatRewriteRule(
+        "b4",                                       # name: suffix of every new parameter, axis, buffer
+        bsr.specialize({"block_size": 4}),          # new_format_desc: axes and sparse buffers only
+        ["A"],                                      # buffers_to_rewrite
+        ["I", "J"],                                 # axes_before_rewrite
+        ["IO", "JO", "II", "JI"],                   # axes_after_rewrite
+        {"I": ["IO", "II"], "J": ["JO", "JI"]},     # axis_map
+        lambda i, j: (i // 4, j // 4, i % 4, j % 4),          # idx_map: old coordinates -> new
+        lambda io, jo, ii, ji: (io * 4 + ii, jo * 4 + ji))    # inv_idx_map: new -> old
+
+The eight fields keep SparseTIR's names and order. Index maps are Python callables or
+`sparsetir_py.arith` indexing maps; a callable is traced once on symbolic dimensions (as TVM's
+`IndexMap.from_func`), so it must be affine with `//` and `%` by constants. Everything that can
+be checked without the function being rewritten is checked here, with a `FormatError` naming the
+field; `decompose_format` checks the rest (that the axes and buffers exist there, dtypes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..arith import AffineExpr, IndexingMap, const, dim
+from ..errors import FormatError
+from ..ir.buffer import SparseBuffer
+from ..ir.func import PrimFunc
+from ..ir.stmt import SparseIteration
+from ..ir.visit import walk
+
+IndexMapLike = Callable[..., Sequence] | IndexingMap
+
+
+@dataclass(frozen=True)
+class TracedMap:
+    """An index map as affine expressions over `d0 .. d<arity-1>` (and the callable, if any)."""
+
+    arity: int
+    results: tuple[AffineExpr, ...]
+    fn: Callable[..., Sequence] | None = None
+
+    def __str__(self) -> str:
+        dims = ", ".join(f"d{k}" for k in range(self.arity))
+        return f"({dims}) -> ({', '.join(str(r) for r in self.results)})"
+
+
+class FormatRewriteRule:
+    """One part of a format decomposition: which buffers move to which new format, how."""
+
+    def __init__(
+        self,
+        name: str,
+        new_format_desc: PrimFunc,
+        buffers_to_rewrite: Sequence[str],
+        axes_before_rewrite: Sequence[str],
+        axes_after_rewrite: Sequence[str],
+        axis_map: Mapping[str, Sequence[str]],
+        idx_map: IndexMapLike,
+        inv_idx_map: IndexMapLike,
+    ):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise FormatError(
+                f"FormatRewriteRule: the name must be an identifier (a suffix of new names), got {name!r}"
+            )
+        self.name = name
+        if not isinstance(new_format_desc, PrimFunc):
+            raise FormatError(
+                f"rule `{name}`: new_format_desc must be a PrimFunc (a @T.prim_func declaring axes and sparse "
+                f"buffers), got {type(new_format_desc).__name__}"
+            )
+        if any(isinstance(n, SparseIteration) for n in walk(new_format_desc.body)):
+            raise FormatError(f"rule `{name}`: new_format_desc declares a format: axes and buffers, no iterations")
+        self.new_format_desc = new_format_desc
+        self.buffers_to_rewrite = _names(name, "buffers_to_rewrite", buffers_to_rewrite)
+        self.axes_before_rewrite = _names(name, "axes_before_rewrite", axes_before_rewrite)
+        self.axes_after_rewrite = _names(name, "axes_after_rewrite", axes_after_rewrite)
+        self.axis_map = {str(k): _names(name, f"axis_map[{k!r}]", v) for k, v in dict(axis_map).items()}
+        self._check_format()
+        self._check_axis_map()
+        self.idx_map = trace(name, "idx_map", idx_map, len(self.axes_before_rewrite), len(self.axes_after_rewrite))
+        self.inv_idx_map = trace(
+            name, "inv_idx_map", inv_idx_map, len(self.axes_after_rewrite), len(self.axes_before_rewrite)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"FormatRewriteRule({self.name!r}, {self.new_format_desc.name}, {list(self.buffers_to_rewrite)}, "
+            f"{list(self.axes_before_rewrite)} -> {list(self.axes_after_rewrite)}, idx_map {self.idx_map})"
+        )
+
+    # ---------------------------------------------------------------- the new format's parts
+    def new_axis(self, axis_name: str):
+        return next(a for a in self.new_format_desc.axes if a.name == axis_name)
+
+    def new_buffer(self, buffer_name: str) -> SparseBuffer:
+        return next(b for b in self.new_format_desc.buffers if b.name == buffer_name)
+
+    def _check_format(self) -> None:
+        desc = self.new_format_desc
+        axis_names = [a.name for a in desc.axes]
+        for a in self.axes_after_rewrite:
+            if a not in axis_names:
+                raise FormatError(
+                    f"rule `{self.name}`: axes_after_rewrite names `{a}`, which `{desc.name}` does not declare "
+                    f"(it declares {_listed(axis_names)})"
+                )
+        buffer_names = [b.name for b in desc.buffers if isinstance(b, SparseBuffer)]
+        for b in self.buffers_to_rewrite:
+            if b not in buffer_names:
+                raise FormatError(
+                    f"rule `{self.name}`: buffers_to_rewrite names `{b}`, but `{desc.name}` declares no sparse buffer "
+                    f"of that name (it declares {_listed(buffer_names)}); the new format declares the rewritten "
+                    "buffer under its own name"
+                )
+
+    def _check_axis_map(self) -> None:
+        before, after = set(self.axes_before_rewrite), set(self.axes_after_rewrite)
+        missing = [a for a in self.axes_before_rewrite if a not in self.axis_map]
+        if missing:
+            raise FormatError(f"rule `{self.name}`: axis_map does not cover axes_before_rewrite {_listed(missing)}")
+        extra = [a for a in self.axis_map if a not in before]
+        if extra:
+            raise FormatError(
+                f"rule `{self.name}`: axis_map maps {_listed(extra)}, which are not in axes_before_rewrite"
+            )
+        targets = [t for ts in self.axis_map.values() for t in ts]
+        unknown = [t for t in targets if t not in after]
+        if unknown:
+            raise FormatError(f"rule `{self.name}`: axis_map maps to {_listed(unknown)}, not in axes_after_rewrite")
+        uncovered = [a for a in self.axes_after_rewrite if a not in targets]
+        if uncovered:
+            raise FormatError(f"rule `{self.name}`: no axis of axes_before_rewrite maps to {_listed(uncovered)}")
+
+    def source_axis(self, new_axis_name: str) -> str:
+        """The old axis that `axis_map` maps to `new_axis_name` (the first, if several)."""
+        return next(old for old, news in self.axis_map.items() if new_axis_name in news)
+
+
+def trace(rule: str, field: str, fn: IndexMapLike, arity: int, results: int) -> TracedMap:
+    """An index map as affine expressions: an `IndexingMap` as is, a callable run on `d0, d1, ...`."""
+    if isinstance(fn, IndexingMap):
+        if fn.num_dims != arity or fn.num_results != results or fn.num_symbols:
+            raise FormatError(
+                f"rule `{rule}`: {field} must map {arity} coordinates to {results} with no symbols, got {fn}"
+            )
+        return TracedMap(arity, tuple(fn.results))
+    if not callable(fn):
+        raise FormatError(f"rule `{rule}`: {field} must be a callable or an arith.IndexingMap, got {type(fn).__name__}")
+    try:
+        out = fn(*(dim(k) for k in range(arity)))
+    except TypeError as e:
+        raise FormatError(f"rule `{rule}`: {field} must take {arity} coordinates: {e}") from None
+    except Exception as e:  # a non-affine operation on the symbolic coordinates
+        raise FormatError(
+            f"rule `{rule}`: {field} must be affine in its coordinates (+, -, * and // or % by constants): {e}"
+        ) from None
+    out = tuple(out) if isinstance(out, list | tuple) else (out,)
+    if len(out) != results:
+        raise FormatError(f"rule `{rule}`: {field} must return {results} coordinates, got {len(out)}")
+    exprs = []
+    for r in out:
+        if isinstance(r, bool) or not isinstance(r, int | AffineExpr):
+            raise FormatError(f"rule `{rule}`: {field} returned {r!r}, not an affine expression of its coordinates")
+        exprs.append(const(r) if isinstance(r, int) else r)
+    return TracedMap(arity, tuple(exprs), fn)
+
+
+def _names(rule: str, field: str, value) -> tuple[str, ...]:
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise FormatError(f"rule `{rule}`: {field} must be a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _listed(names) -> str:
+    return ", ".join(f"`{n}`" for n in names) or "nothing"
