@@ -82,6 +82,9 @@ class FormatRewriteRule:
         self.inv_idx_map = trace(
             name, "inv_idx_map", inv_idx_map, len(self.axes_after_rewrite), len(self.axes_before_rewrite)
         )
+        # `converter(A) -> {renamed parameter: argument}`, set by a rule file that has `convert`
+        # (`sp.format.convert` uses it); None for a rule written by hand.
+        self.converter: Callable[..., dict] | None = None
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,45 @@
+"""BSR: the matrix in square blocks of `block_size` (shapes not divisible by it are padded).
+
+rules = format_rules.bsr.rules(block_size=4)
+mod = sp.decompose_format(csrmm, rules)
+args = format_rules.bsr.convert(A, block_size=4)     # a_bsr, indptr_bsr, indices_bsr, ...
+"""
+
+from __future__ import annotations
+
+from sparsetir_py import script as T
+from sparsetir_py.format import FormatRewriteRule
+from sparsetir_py.format import convert as formats
+
+
+def description(dtype: str = "float32", idtype: str = "int32"):
+    @T.prim_func
+    def bsr(a: T.handle, indptr: T.handle, indices: T.handle,
+            m: T.int32, n: T.int32, nnz: T.int32, block_size: T.int32):  # fmt: skip
+        IO = T.dense_fixed(m, idtype)
+        JO = T.sparse_variable(IO, (n, nnz), (indptr, indices), idtype)
+        II = T.dense_fixed(block_size, idtype)
+        JI = T.dense_fixed(block_size, idtype)
+        A = T.match_sparse_buffer(a, (IO, JO, II, JI), dtype)
+
+    return bsr
+
+
+def rules(block_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> list[FormatRewriteRule]:
+    b = block_size
+    rule = FormatRewriteRule(
+        "bsr",
+        description(dtype, idtype).specialize({"block_size": b}),
+        ["A"],
+        ["I", "J"],
+        ["IO", "JO", "II", "JI"],
+        {"I": ["IO", "II"], "J": ["JO", "JI"]},
+        lambda i, j: (i // b, j // b, i % b, j % b),
+        lambda io, jo, ii, ji: (io * b + ii, jo * b + ji),
+    )
+    rule.converter = lambda A: convert(A, block_size=b, dtype=dtype, idtype=idtype)
+    return [rule]
+
+
+def convert(A, block_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> dict:
+    return formats.renamed(formats.to_bsr(A, block_size, idtype, dtype), "bsr")
