@@ -9,7 +9,7 @@ bucket, named `ell<width>`: the hybrid format (`hyb.py`) with a single column pa
 from __future__ import annotations
 
 from sparsetir_py.format import FormatRewriteRule
-from sparsetir_py.format import convert as formats
+from sparsetir_py.format import converters as formats
 
 from .hyb import part_rule
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sparsetir_py import script as T
 from sparsetir_py.format import FormatRewriteRule
-from sparsetir_py.format import convert as formats
+from sparsetir_py.format import converters as formats
 
 
 def description(dtype: str = "float32", idtype: str = "int32"):

@@ -67,3 +67,13 @@ __all__ = [
     "structural_equal",
     "verify",
 ]
+
+
+def __getattr__(name: str):
+    # `sp.format_rules` is the top-level package `format_rules` (its files import this one, so it
+    # is loaded on first use, not with `import sparsetir_py`).
+    if name == "format_rules":
+        import format_rules
+
+        return format_rules
+    raise AttributeError(f"module 'sparsetir_py' has no attribute {name!r}")

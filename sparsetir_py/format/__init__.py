@@ -1,12 +1,15 @@
 """Formats: the storage facts of sparse buffers and the binding of arguments to a function.
 
-`rule` holds `FormatRewriteRule` (one part of a format decomposition, SparseTIR's eight fields).
+`converters` turns a scipy matrix into the arrays of a new format (`convert(A, rules)`: the
+arguments of every new parameter of a decomposition). `rule` holds `FormatRewriteRule` (one
+part of a format decomposition, SparseTIR's eight fields).
 `storage` says how many positions a level stores and the shape, order and offset type of a
 buffer's values; `args` binds and checks the arguments of one call (kernels and the interpreter
 share it).
 """
 
 from .args import AxisData, BoundArguments, bind_arguments
+from .converters import convert, to_bsr, to_ell_parts, to_padded
 from .rule import FormatRewriteRule
 from .storage import eval_storage_shape, n_positions, offset_dtype, storage_order, storage_shape
 
@@ -15,9 +18,13 @@ __all__ = [
     "BoundArguments",
     "FormatRewriteRule",
     "bind_arguments",
+    "convert",
     "eval_storage_shape",
     "n_positions",
     "offset_dtype",
     "storage_order",
     "storage_shape",
+    "to_bsr",
+    "to_ell_parts",
+    "to_padded",
 ]
