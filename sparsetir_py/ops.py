@@ -9,11 +9,14 @@ recompile.
 
 Inputs are checked as stored, before any scipy routine that assumes a valid structure (format
 conversion, `sum_duplicates`) sees them: a broken indptr, out-of-range indices, arrays of the
-wrong length or dtype, or a shape the arrays do not fit raise `sp.InputError`. Unsorted or
-duplicated entries, other scipy formats, explicit zeros and NaN values are valid and give
-scipy's answer. The O(nnz) structure check runs once per matrix structure: a record keyed on the
-identity of `indptr`/`indices` (held weakly) and the shape remembers what was checked. Mutating
-those arrays in place afterwards is not detected.
+wrong length or dtype, or a shape the arrays do not fit raise `sp.InputError`, as does a shape
+past 2**31 - 1 rows or columns (the kernels' sizes are int32). Unsorted or duplicated entries,
+other scipy formats, explicit zeros, NaN values, any integer index dtype (cast to int32/int64)
+and bool/integer/float16 values (cast to float64) are valid and give scipy's answer. The O(nnz)
+structure check runs once per matrix structure: a record keyed on the identity of
+`indptr`/`indices` (held weakly, dropped with them) and the shape remembers what was checked;
+`data` is re-checked (O(1)) on every call. Mutating `indptr`/`indices` in place afterwards is not
+detected.
 
 Results never share memory with an input: `spmm` returns a new array, and `sddmm`'s matrix owns
 copies of A's `indptr`/`indices` (as scipy's `A.multiply` does), so changing it in place
@@ -91,82 +94,125 @@ SCRIPTS = {"spmm": spmm_script, "sddmm": sddmm_script}
 
 
 # -------------------------------------------------------------------- inputs
-def _value_dtype(*dtypes) -> np.dtype:
-    for d in dtypes:
-        if np.issubdtype(d, np.complexfloating):
-            raise InputError(f"complex values ({d}) are not supported")
-        if np.dtype(d).kind not in "biuf":
-            raise InputError(f"values must be real numbers, got dtype {d}")
-    if all(np.dtype(d) == np.float32 for d in dtypes):
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+_VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# str(dtype) runs Python code in numpy (~2.5 us, twice a call); the kernel key needs the names.
+_DTYPE_NAMES = {d: d.name for d in _INDEX_DTYPES + _VALUE_DTYPES}
+# The operators' scripts take the sizes m, n and the feature width as int32 scalars.
+_MAX_EXTENT = int(np.iinfo(np.int32).max)
+
+
+def _value_dtype(*dtypes: np.dtype) -> np.dtype:
+    """float32 when every operand is float32, float64 otherwise (the kinds were checked before)."""
+    if all(d == np.float32 for d in dtypes):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
 
 
 def _as_csr(A, name: str = "A") -> scipy.sparse.csr_matrix:
-    """A canonical CSR view of `A` (sorted, no duplicates); `A` itself when it already is one.
+    """A canonical CSR form of `A`: sorted, no duplicates, native int32/int64 index arrays of one
+    dtype, float32/float64 values; `A` itself when it already is one.
 
-    The raw arrays are checked first (`_check_raw`), so that no scipy routine that assumes a valid
-    structure (conversion, `sum_duplicates`, written in C++) ever sees a broken one: those crash or
-    answer wrongly instead of raising."""
-    if not (scipy.sparse.issparse(A)):
+    A matrix whose structure passed an earlier call (`_structure_checked`) only gets the O(1)
+    checks of its values. Otherwise the raw arrays are checked first (`_checked`), so that no scipy
+    routine that assumes a valid structure (conversion, `sum_duplicates`, written in C++) ever sees
+    a broken one: those crash or answer wrongly instead of raising."""
+    if not scipy.sparse.issparse(A):
         raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
-    if A.ndim != 2:
-        raise InputError(f"`{name}` must be 2-D, got {A.ndim}-D")
-    if not (A.format == "csr" and _structure_checked(A)):
-        _check_raw(A, name)
-    csr = A.tocsr()
-    if len(csr.indices) != csr.nnz or len(csr.data) != csr.nnz:  # storage past indptr[-1]: not stored
-        csr = scipy.sparse.csr_matrix((csr.data[: csr.nnz], csr.indices[: csr.nnz], csr.indptr), shape=csr.shape)
-    if not csr.has_canonical_format:
-        csr = csr.copy()
-        csr.sum_duplicates()
-    if csr.indptr.dtype != csr.indices.dtype:
-        csr = scipy.sparse.csr_matrix((csr.data, csr.indices.astype(np.int64), csr.indptr.astype(np.int64)),
-                                      shape=csr.shape)  # fmt: skip
-    return csr
+    if A.format == "csr" and _structure_checked(A):
+        # The values may have been replaced since the structure was checked.
+        _check_values(A.data, len(A.indices), name)
+        return A
+    return _canonical(_native(_checked(A, name)))
 
 
-def _check_raw(A, name: str) -> None:
-    """Check the arrays of a scipy matrix as stored, before scipy touches them; `InputError`."""
-    shape = A.shape
-    if len(shape) != 2 or not all(isinstance(n, numbers.Integral) and n >= 0 for n in shape):
-        raise InputError(f"`{name}` has an invalid shape {shape}")
-    if A.format in ("csr", "csc", "bsr"):
+def _checked(A, name: str):
+    """`A` (or, for LIL/DOK/DIA, its COO form) after checking its raw arrays; `InputError`."""
+    _check_shape(A, name)
+    if A.format == "lil":
+        _check_lil(A, name)
+    if A.format not in ("csr", "csc", "bsr", "coo"):
+        # LIL/DOK/DIA are Python-level structures that scipy converts with numpy (LIL's row lengths
+        # were checked above); a failure here is a broken matrix, and the COO result is checked.
+        try:
+            A = A.tocoo()
+        except (TypeError, ValueError, IndexError, OverflowError, AttributeError) as e:
+            raise InputError(f"`{name}` ({A.format}) cannot be read as a sparse matrix: {e}") from None
+    if A.format == "coo":
+        _check_coo(A, name)
+    else:
         _check_compressed(A, name)
-    elif A.format == "coo":
-        coords = A.coords if hasattr(A, "coords") else (A.row, A.col)
-        _check_values(A.data, len(coords[0]), name)
-        for axis, (c, n) in enumerate(zip(coords, shape)):
-            _check_indices(c, n, f"`{name}`'s {('row', 'column')[axis]} indices", len(A.data))
-    else:  # lil, dok, dia: Python-level structures that scipy converts safely; check the result
-        csr = A.tocsr()
-        _check_compressed(csr, name)
+    return A
+
+
+def _check_shape(A, name: str) -> None:
+    shape = A.shape
+    if not isinstance(shape, tuple) or len(shape) != 2:
+        raise InputError(f"`{name}` must be 2-D, got shape {shape!r}")
+    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool | np.bool_) and n >= 0 for n in shape):
+        raise InputError(f"`{name}` has an invalid shape {shape!r}: expected two non-negative integers")
+    if max(shape) > _MAX_EXTENT:
+        # Tiny arrays may declare a huge shape; the kernels' sizes are int32, so refuse it here
+        # instead of letting an extent wrap around.
+        raise InputError(f"`{name}` has shape {shape}: sp.ops supports at most {_MAX_EXTENT} rows and columns")
+
+
+def _check_lil(A, name: str) -> None:
+    """Each LIL row stores as many values as column indices (scipy's conversion does not check)."""
+    try:
+        rows, data = A.rows, A.data
+        if not (isinstance(rows, np.ndarray) and isinstance(data, np.ndarray)) or rows.shape != data.shape:
+            raise InputError(f"`{name}.rows` and `{name}.data` must be object arrays of one shape")
+        same = np.fromiter(map(len, rows), np.int64, len(rows)) == np.fromiter(map(len, data), np.int64, len(data))
+    except TypeError as e:
+        raise InputError(f"`{name}` (lil) holds a row that is not a list: {e}") from None
+    if len(rows) != A.shape[0]:
+        raise InputError(f"`{name}.rows` has {len(rows)} rows, but the shape is {A.shape}")
+    if not same.all():
+        row = int(np.argmin(same))
+        raise InputError(f"`{name}` (lil) row {row} has {len(rows[row])} column indices but {len(data[row])} values")
+
+
+def _check_coo(A, name: str) -> None:
+    coords = A.coords if hasattr(A, "coords") else (A.row, A.col)
+    if len(coords) != 2:
+        raise InputError(f"`{name}` (coo) must have 2 coordinate arrays, got {len(coords)}")
+    _check_values(A.data, len(coords[0]), name)
+    for axis, (c, n) in enumerate(zip(coords, A.shape)):
+        _check_indices(c, n, f"`{name}`'s {('row', 'column')[axis]} indices", len(A.data))
 
 
 def _check_compressed(A, name: str) -> None:
     """indptr / indices / data of a CSR, CSC or BSR matrix."""
     major, minor = A.shape if A.format != "csc" else A.shape[::-1]
-    if A.format == "bsr":
-        r, c = A.blocksize
-        if r <= 0 or c <= 0 or major % r or minor % c:
-            raise InputError(f"`{name}`: block size {A.blocksize} does not divide the shape {A.shape}")
-        major, minor = major // r, minor // c
     indptr, indices, data = A.indptr, A.indices, A.data
+    if A.format == "bsr":
+        # scipy reads the block size off data.shape[1:]
+        if not isinstance(data, np.ndarray) or data.ndim != 3:
+            raise InputError(f"`{name}.data` (bsr) must be a 3-D array of blocks, got {_describe(data)}")
+        r, c = data.shape[1:]
+        if r <= 0 or c <= 0 or major % r or minor % c:
+            raise InputError(f"`{name}`: block size {(r, c)} does not divide the shape {A.shape}")
+        major, minor = major // r, minor // c
     for label, arr in (("indptr", indptr), ("indices", indices)):
-        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype.kind not in "iu":
             raise InputError(f"`{name}.{label}` must be a 1-D integer array, got {_describe(arr)}")
     if len(indptr) != major + 1:
         raise InputError(f"`{name}.indptr` must have {major + 1} entries for shape {A.shape}, got {len(indptr)}")
     if indptr[0] != 0:
         raise InputError(f"`{name}.indptr` must start at 0, got {indptr[0]}")
-    if major and np.any(indptr[1:] < indptr[:-1]):
-        raise InputError(f"`{name}.indptr` must be non-decreasing")
+    decreasing = indptr[1:] < indptr[:-1]
+    if decreasing.any():
+        row = int(np.argmax(decreasing))
+        raise InputError(
+            f"`{name}.indptr` must be non-decreasing, but falls from {indptr[row]} to {indptr[row + 1]} at row {row}"
+        )
     nnz = int(indptr[-1])
     if nnz > len(indices):
         raise InputError(f"`{name}.indptr` ends at {nnz}, but `{name}.indices` has only {len(indices)} entries")
     if A.format == "bsr":
-        if not isinstance(data, np.ndarray) or data.ndim != 3 or data.shape[0] < nnz or data.shape[1:] != A.blocksize:
-            raise InputError(f"`{name}.data` must have shape ({nnz}, {r}, {c}), got {_describe(data)}")
+        if data.shape[0] != len(indices):
+            raise InputError(f"`{name}.data` has {data.shape[0]} blocks, but `{name}.indices` has {len(indices)}")
         _check_values(data[:nnz].reshape(-1), nnz * r * c, name)
     else:
         _check_values(data, len(indices), name)
@@ -174,21 +220,30 @@ def _check_compressed(A, name: str) -> None:
 
 
 def _check_values(data, length: int, name: str) -> None:
+    """O(1): a 1-D array of real numbers (bool, integer or float; NaN is a value) of `length`."""
     if not isinstance(data, np.ndarray) or data.ndim != 1:
         raise InputError(f"`{name}.data` must be a 1-D array, got {_describe(data)}")
     if len(data) != length:
         raise InputError(f"`{name}.data` has {len(data)} entries, but the structure stores {length}")
-    if not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
-        raise InputError(f"`{name}.data` must hold numbers, got dtype {data.dtype}")
+    _check_kind(data.dtype, f"`{name}.data`")
+
+
+def _check_kind(dtype: np.dtype, what: str) -> None:
+    if dtype.kind == "c":
+        raise InputError(f"{what}: complex values ({dtype}) are not supported")
+    if dtype.kind not in "biuf":
+        raise InputError(f"{what} must hold real numbers, got dtype {dtype}")
 
 
 def _check_indices(ix, extent: int, what: str, length: int) -> None:
-    if not isinstance(ix, np.ndarray) or ix.ndim != 1 or not np.issubdtype(ix.dtype, np.integer):
+    if not isinstance(ix, np.ndarray) or ix.ndim != 1 or ix.dtype.kind not in "iu":
         raise InputError(f"{what} must be a 1-D integer array, got {_describe(ix)}")
     if len(ix) != length:
         raise InputError(f"{what} has {len(ix)} entries, expected {length}")
-    if len(ix) and (ix.min() < 0 or ix.max() >= extent):
-        raise InputError(f"{what} must lie in [0, {extent}), got values in [{ix.min()}, {ix.max()}]")
+    if len(ix):
+        lo, hi = ix.min(), ix.max()
+        if lo < 0 or hi >= extent:
+            raise InputError(f"{what} must lie in [0, {extent}), got values in [{lo}, {hi}]")
 
 
 def _describe(arr) -> str:
@@ -197,21 +252,95 @@ def _describe(arr) -> str:
     return type(arr).__name__
 
 
-def _dense(X, name: str, rows: int, dtype: np.dtype) -> np.ndarray:
-    """`X` as a C-contiguous 2-D array of `dtype` (a copy only where needed)."""
+def _native(A):
+    """`A` (checked, CSR/CSC/BSR/COO) with storage that scipy's compiled routines and the kernels
+    take: native int32/int64 index arrays of one dtype, float32/float64 values, C-contiguous, no
+    storage past indptr[-1]. `A` itself when it has it already; otherwise a new matrix (O(nnz)).
+
+    Values are cast before duplicates are summed, so that they add as in `A @ B` (bool entries
+    too), and scipy's routines, which reject float16 or unsigned indices, never see those."""
+    data = A.data
+    if data.dtype in _VALUE_DTYPES:
+        value_dtype = data.dtype
+    elif data.dtype.kind == "f" and data.dtype.newbyteorder("=") in _VALUE_DTYPES:  # non-native byte order
+        value_dtype = data.dtype.newbyteorder("=")
+    else:
+        value_dtype = np.dtype(np.float64)
+    if A.format == "coo":
+        index_arrays = tuple(A.coords if hasattr(A, "coords") else (A.row, A.col))
+        nnz = len(data)
+    else:
+        index_arrays = (A.indices, A.indptr)
+        nnz = int(A.indptr[-1])
+    if (
+        data.dtype == value_dtype
+        and data.flags.c_contiguous
+        and len(data) == nnz
+        and len(index_arrays[0]) == nnz
+        and all(ix.dtype == index_arrays[0].dtype and ix.dtype in _INDEX_DTYPES for ix in index_arrays)
+        and all(ix.flags.c_contiguous for ix in index_arrays)
+    ):
+        return A
+    # Values were range-checked against a shape of int32 extents, so only a 64-bit input or an nnz
+    # past int32 needs int64.
+    wide = nnz > _MAX_EXTENT or any(ix.dtype.itemsize > 4 for ix in index_arrays)
+    idx = np.dtype(np.int64) if wide else np.dtype(np.int32)
+    values = np.ascontiguousarray(data[:nnz], dtype=value_dtype)
+    # The arrays may still be the caller's (a view, or one already right): whoever modifies the
+    # result copies first (`_canonical`). type(A) keeps a sparse array an array.
+    if A.format == "coo":
+        row, col = (np.ascontiguousarray(ix, dtype=idx) for ix in index_arrays)
+        return type(A)((values, (row, col)), shape=A.shape)
+    indices = np.ascontiguousarray(A.indices[:nnz], dtype=idx)
+    indptr = np.ascontiguousarray(A.indptr, dtype=idx)
+    if A.format == "bsr":
+        return type(A)((values, indices, indptr), shape=A.shape, blocksize=data.shape[1:])
+    return type(A)((values, indices, indptr), shape=A.shape)
+
+
+def _canonical(A) -> scipy.sparse.csr_matrix:
+    """CSR with entries sorted and unique within each row, from a checked, native `A`.
+
+    Sortedness is computed from the arrays, not read from scipy's cached flags, which go stale
+    when a caller changes `indices` in place or sets the flags."""
+    csr = A.tocsr()
+    indptr, indices = csr.indptr, csr.indices
+    increasing = indices[1:] > indices[:-1]
+    starts = indptr[1:-1]
+    increasing[starts[(starts > 0) & (starts < len(indices))] - 1] = True  # a new row may start lower
+    if not increasing.all():
+        # A copy: csr's arrays may be the caller's (csr is A, or shares A's arrays), and
+        # sum_duplicates works in place.
+        csr = csr.copy()
+        csr.has_sorted_indices = False  # also clears has_canonical_format, so that both run
+        csr.sum_duplicates()
+    if csr.indptr.dtype != csr.indices.dtype:  # scipy's conversions pick each array's dtype
+        csr = scipy.sparse.csr_matrix(
+            (csr.data, csr.indices.astype(np.int64), csr.indptr.astype(np.int64)), shape=csr.shape
+        )
+    return csr
+
+
+def _operand(X, name: str) -> np.ndarray:
+    """A dense operand as a 2-D array of real numbers (not yet converted); `InputError`."""
     if scipy.sparse.issparse(X):
         raise InputError(f"`{name}` must be a dense array, got a scipy sparse matrix")
-    try:
-        arr = np.asarray(X)
-        if arr.dtype.kind not in "biuf":
-            raise InputError(f"`{name}` must hold real numbers, got dtype {arr.dtype}")
-        if arr.ndim != 2:
-            raise InputError(f"`{name}` must be a 2-D array, got shape {arr.shape}")
-        if arr.shape[0] != rows:
-            raise InputError(f"`{name}` must have {rows} rows, got {arr.shape[0]}")
-        return np.ascontiguousarray(arr, dtype=dtype)
-    except (TypeError, ValueError) as e:
-        raise InputError(f"`{name}` cannot be read as an array of {dtype}: {e}") from None
+    if not isinstance(X, np.ndarray):
+        try:
+            X = np.asarray(X)
+        except (TypeError, ValueError) as e:  # ragged nested lists, objects numpy cannot read
+            raise InputError(f"`{name}` cannot be read as an array: {e}") from None
+    _check_kind(X.dtype, f"`{name}`")
+    if X.ndim != 2:
+        raise InputError(f"`{name}` must be a 2-D array, got shape {X.shape}")
+    return X
+
+
+def _dense(X: np.ndarray, name: str, rows: int, dtype: np.dtype) -> np.ndarray:
+    """A checked operand as a C-contiguous array of `dtype` (a copy only where needed)."""
+    if X.shape[0] != rows:
+        raise InputError(f"`{name}` must have {rows} rows, got {X.shape[0]}")
+    return np.ascontiguousarray(X, dtype=dtype)
 
 
 def _structure_checked(csr) -> bool:
@@ -223,7 +352,14 @@ def _structure_checked(csr) -> bool:
 
 def _remember_structure(csr) -> None:
     key = (id(csr.indptr), id(csr.indices), csr.shape)
-    _CHECKED[key] = (weakref.ref(csr.indptr), weakref.ref(csr.indices))
+
+    def forget(_ref, key=key):
+        # Drop the record once either array is gone: one record per live structure, not per call.
+        entry = _CHECKED.get(key)
+        if entry is not None and (entry[0]() is None or entry[1]() is None):
+            del _CHECKED[key]
+
+    _CHECKED[key] = (weakref.ref(csr.indptr, forget), weakref.ref(csr.indices, forget))
 
 
 def _kernel(op: str, target: str, idtype: str, dtype: str, feat: int, schedule) -> Kernel:
@@ -267,16 +403,23 @@ def _run(kernel: Kernel, csr, width: int, **arrays) -> None:
 
 # -------------------------------------------------------------------- operators
 def spmm(A, B, format: str = "csr", target: str = "cpu", schedule: Callable | str | None = None) -> np.ndarray:
-    """`A @ B` for a scipy sparse `A` and a dense `B`, with a kernel generated by the pipeline."""
+    """`A @ B` for a scipy sparse `A` and a dense `B`, with a kernel generated by the pipeline.
+
+    `A` may be any scipy format; its arrays are checked before scipy converts it (`sp.InputError`
+    for a broken structure or a non-numeric `B`). Returns a new C-contiguous array (float32 when
+    both operands are float32, else float64) that shares no memory with `A` or `B`, whatever the
+    shape (empty `A`, zero-width `B`).
+    """
     if format != "csr":
         raise InputError(f"format {format!r} is not available yet; use format='csr'")
     csr = _as_csr(A)
-    dtype = _value_dtype(csr.dtype, np.asarray(B).dtype)
+    B = _operand(B, "B")
+    dtype = _value_dtype(csr.dtype, B.dtype)
     m, n = csr.shape
     B = _dense(B, "B", n, dtype)
     feat = B.shape[1]
-    idtype = str(csr.indices.dtype)
-    kernel = _kernel("spmm", target, idtype, str(dtype), feat, schedule)
+    idtype = _DTYPE_NAMES[csr.indices.dtype]
+    kernel = _kernel("spmm", target, idtype, _DTYPE_NAMES[dtype], feat, schedule)
     C = np.empty((m, feat), dtype=dtype)
     data = np.ascontiguousarray(csr.data, dtype=dtype)
     sizes = {"feat": feat} if "feat" in kernel.parameters else {}
@@ -285,41 +428,52 @@ def spmm(A, B, format: str = "csr", target: str = "cpu", schedule: Callable | st
 
 
 def sddmm(A, X, Y, target: str = "cpu", schedule: Callable | str | None = None) -> scipy.sparse.csr_matrix:
-    """A CSR matrix with A's structure (explicit zeros kept) and values `A.multiply(X @ Y.T)`."""
+    """A CSR matrix with A's structure (explicit zeros kept) and values `A.multiply(X @ Y.T)`.
+
+    The structure is A's canonical one: duplicates summed and indices sorted within each row
+    (unsorted or duplicated input gives the same matrix as `A.multiply(X @ Y.T)`). Inputs are
+    checked as in `spmm`. The result owns new `data`, `indptr` and `indices` arrays: changing it in
+    place (`eliminate_zeros`, `sort_indices`, writing `S.indices`) never changes `A`.
+    """
     csr = _as_csr(A)
     m, n = csr.shape
-    dtype = _value_dtype(csr.dtype, np.asarray(X).dtype, np.asarray(Y).dtype)
+    X, Y = _operand(X, "X"), _operand(Y, "Y")
+    dtype = _value_dtype(csr.dtype, X.dtype, Y.dtype)
     X = _dense(X, "X", m, dtype)
     Y = _dense(Y, "Y", n, dtype)
     if X.shape[1] != Y.shape[1]:
         raise InputError(f"`X` and `Y` must have the same number of columns, got {X.shape[1]} and {Y.shape[1]}")
     feat = X.shape[1]
-    idtype = str(csr.indices.dtype)
-    kernel = _kernel("sddmm", target, idtype, str(dtype), feat, schedule)
-    out = np.empty(csr.nnz, dtype=dtype)
     data = np.ascontiguousarray(csr.data, dtype=dtype)
-    sizes = {"feat": feat} if "feat" in kernel.parameters else {}
-    _run(
-        kernel,
-        csr,
-        feat,
-        a=data,
-        x=X,
-        y=Y,
-        c=out,
-        indptr=csr.indptr,
-        indices=csr.indices,
-        m=m,
-        n=n,
-        nnz=csr.nnz,
-        **sizes,
-    )
+    if feat == 0:
+        _resolve_schedule("sddmm", target, schedule)  # the same errors for an unknown target or schedule
+        # X @ Y.T is all zeros: A * 0, so that NaN/inf entries give NaN as in `A.multiply`, where
+        # the kernel's empty sum over k would give 0.
+        out = data * dtype.type(0)
+    else:
+        idtype = _DTYPE_NAMES[csr.indices.dtype]
+        kernel = _kernel("sddmm", target, idtype, _DTYPE_NAMES[dtype], feat, schedule)
+        out = np.empty(csr.nnz, dtype=dtype)
+        sizes = {"feat": feat} if "feat" in kernel.parameters else {}
+        _run(
+            kernel,
+            csr,
+            feat,
+            a=data,
+            x=X,
+            y=Y,
+            c=out,
+            indptr=csr.indptr,
+            indices=csr.indices,
+            m=m,
+            n=n,
+            nnz=csr.nnz,
+            **sizes,
+        )
     # The result owns its structure (copies of A's indptr/indices, as scipy's `A.multiply` gives):
-    # an in-place change of the result (`eliminate_zeros`, `sort_indices`) must not reach A.
-    # `_with_data` skips the constructor's structure check (~20 us), which A passed already.
-    with_data = getattr(csr, "_with_data", None)
+    # an in-place change of the result (`eliminate_zeros`, `sort_indices`) must not reach A. The
+    # copies cost ~1.5 us on cora; scipy's constructor, which both paths run, ~10 us.
+    with_data = getattr(csr, "_with_data", None)  # keeps csr's class (matrix or array)
     if with_data is None:
         return scipy.sparse.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape, copy=False)
-    S = with_data(out, copy=False)
-    S.indices, S.indptr = csr.indices.copy(), csr.indptr.copy()
-    return S
+    return with_data(out, copy=True)

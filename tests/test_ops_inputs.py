@@ -2,54 +2,125 @@
 
 Every corruption of a CSR matrix's arrays (lengths, monotonicity, range, dtype, shape) must raise
 `sp.InputError` before any scipy routine sees the arrays (scipy's C++ code crashes or answers
-wrongly on them); valid-but-unusual input (unsorted, duplicated, NaN, other formats) must give
-scipy's answer. Either way the caller's arrays stay as they were.
+wrongly on them); valid-but-unusual input (unsorted, duplicated, NaN, other formats and index
+dtypes) must give the answer of the dense matrix it stores. Either way the caller's arrays stay
+as they were, and a result shares no memory with them. CPU only (CUDA is tested elsewhere).
 """
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
-import scipy.sparse
-from hypothesis import HealthCheck, assume, given, settings
+import scipy.sparse as sps
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from strategies import csr_matrices
 
 import sparsetir_py as sp
+from sparsetir_py import ops
 from sparsetir_py.data import load_matrix
 
+# Corruptions of the sparse matrix that must raise sp.InputError.
 INVALID = [
     "indptr_short",
     "indptr_long",
     "indptr_start",
     "indptr_decreasing",
+    "indptr_negative_end",
     "indptr_past_indices",
     "indptr_float",
     "indptr_2d",
+    "indptr_list",
     "indices_too_large",
     "indices_negative",
     "indices_float",
     "indices_short",
     "data_short",
+    "data_2d",
     "data_strings",
     "data_complex",
+    "cached_then_data_short",
+    "cached_then_data_complex",
     "shape_huge",
+    "shape_huge_columns_width0",
     "shape_negative",
+    "shape_float",
+    "shape_3d",
     "coo_row_out_of_range",
+    "coo_one_coordinate",
+    "lil_ragged_row",
+    "bsr_index_out_of_range",
+]
+# Broken dense operands (the sparse matrix is valid).
+INVALID_OPERANDS = [
     "operand_rows",
     "operand_strings",
+    "operand_ragged",
+    "operand_complex",
+    "operand_3d",
+    "operand_sparse",
+    "operand_width_mismatch",
 ]
-VALID = ["unsorted", "duplicates", "nan_values", "coo", "csc", "lil", "explicit_zeros", "int64", "extra_storage"]
+# Valid-but-unusual sparse matrices: the result of the dense matrix they store.
+VALID = [
+    "unsorted",
+    "stale_sorted_flag",
+    "duplicates",
+    "nan_values",
+    "explicit_zeros",
+    "int64",
+    "uint_indices",
+    "int16_indices",
+    "mixed_index_dtypes",
+    "big_endian",
+    "strided",
+    "extra_storage",
+    "float16_values",
+    "bool_values",
+    "int_values",
+    "csr_array",
+    "coo",
+    "csc",
+    "bsr",
+    "lil",
+    "dok",
+    "dia",
+]
+VALID_OPERANDS = ["zero_width", "float64_operands", "nested_lists", "fortran_order"]
+# Valid inputs whose sddmm result has exactly the original (canonical) matrix's structure.
+SAME_STRUCTURE = set(VALID) - {"lil", "dok", "dia", "bsr"}
+MAX_INDEX = np.iinfo(np.int32).max
 
 
-def corrupt(A: scipy.sparse.csr_matrix, how: str, rng: np.random.Generator):
-    """A copy of `A` broken (or made unusual) in one way; scipy's constructor is bypassed where it
-    would refuse, by assigning the arrays afterwards."""
-    m, n = A.shape
+def _rows(A) -> np.ndarray:
+    return np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+
+
+def _with_values(A: sps.csr_matrix, values: np.ndarray) -> tuple[sps.csr_matrix, np.ndarray]:
+    """A copy of (canonical) `A` storing `values`, and the dense matrix it stands for."""
     B = A.copy()
-    needs_an_entry = ("indices_too_large", "indices_negative", "indices_short", "data_short", "coo_row_out_of_range")
-    if A.nnz == 0 and m == 0 and how in needs_an_entry:
-        return None  # nothing stored and no row to store into: this corruption cannot be made
+    B.data = values
+    dense = np.zeros(A.shape)
+    dense[_rows(A), A.indices] = values.astype(np.float64)
+    return B, dense
+
+
+def corrupt(A: sps.csr_matrix, how: str, rng: np.random.Generator, op: str):
+    """(B, dense): `A` broken or made unusual in one way, and for a valid B the dense matrix it
+    stores (None for a broken one); None when this corruption cannot be made from `A`. scipy's
+    constructor is bypassed where it would refuse, by assigning the arrays afterwards."""
+    m, n = A.shape
+    dense = A.toarray().astype(np.float64)
+    B = A.copy()
+    needs_a_row = {"indices_too_large", "indices_negative", "indices_short", "data_short", "indptr_negative_end"}
+    if how in needs_a_row and A.nnz == 0 and m == 0:
+        return None  # nothing stored and no row to store into
+    if how in needs_a_row and A.nnz == 0:
+        B.indptr, B.indices, B.data = _one_entry(m, A.indptr.dtype, 0)
+    if how.startswith("cached_then") and A.nnz == 0:
+        return None
     if how == "indptr_short":
         B.indptr = B.indptr[:-1].copy()
     elif how == "indptr_long":
@@ -57,16 +128,18 @@ def corrupt(A: scipy.sparse.csr_matrix, how: str, rng: np.random.Generator):
     elif how == "indptr_start":
         B.indptr = B.indptr + 1
     elif how == "indptr_decreasing":
-        if B.nnz == 0:
+        if m == 0:
+            B.indptr = np.array([1], dtype=A.indptr.dtype)  # the only entry, not 0
+        elif B.nnz == 0:
             B.indptr = B.indptr.copy()
-            B.indptr[0] = 1 if m else 0
-            if m == 0:
-                B._shape = (0, n)
-                B.indptr = np.array([1], dtype=A.indptr.dtype)
+            B.indptr[0] = 1
         else:
             k = int(np.argmax(np.diff(B.indptr) > 0))
             B.indptr = B.indptr.copy()
             B.indptr[k + 1] = B.indptr[k] - 1
+    elif how == "indptr_negative_end":
+        B.indptr = B.indptr.copy()
+        B.indptr[-1] = -1
     elif how == "indptr_past_indices":
         B.indptr = B.indptr.copy()
         B.indptr[-1] = B.indptr[-1] + 3
@@ -74,73 +147,115 @@ def corrupt(A: scipy.sparse.csr_matrix, how: str, rng: np.random.Generator):
         B.indptr = B.indptr.astype(np.float64)
     elif how == "indptr_2d":
         B.indptr = B.indptr.reshape(1, -1)
+    elif how == "indptr_list":
+        B.indptr = B.indptr.tolist()
     elif how == "indices_too_large":
         B.indices = B.indices.copy()
-        if B.nnz:
-            B.indices[rng.integers(B.nnz)] = n + int(rng.integers(0, 5))
-        else:
-            B.indptr, B.indices, B.data = _one_entry(m, A.indptr.dtype, n + 1)
+        B.indices[rng.integers(B.nnz)] = n + int(rng.integers(0, 5))
     elif how == "indices_negative":
         B.indices = B.indices.copy()
-        if B.nnz:
-            B.indices[rng.integers(B.nnz)] = -1
-        else:
-            B.indptr, B.indices, B.data = _one_entry(m, A.indptr.dtype, -1)
+        B.indices[rng.integers(B.nnz)] = -1
     elif how == "indices_float":
         B.indices = B.indices.astype(np.float32)
     elif how == "indices_short":
-        if B.nnz == 0:
-            B.indptr, B.indices, B.data = _one_entry(m, A.indptr.dtype, 0)
         B.indices = B.indices[:-1].copy()
     elif how == "data_short":
-        if B.nnz == 0:
-            B.indptr, B.indices, B.data = _one_entry(m, A.indptr.dtype, 0)
         B.data = B.data[:-1].copy()
+    elif how == "data_2d":
+        B.data = B.data.reshape(1, -1)
     elif how == "data_strings":
         B.data = np.array(["x"] * B.nnz, dtype=object)
     elif how == "data_complex":
         B.data = B.data.astype(np.complex128)
+    elif how.startswith("cached_then"):
+        X, Y = _operands(A, op, rng)
+        call(op, B, X, Y)  # checks and records the structure; the values are replaced afterwards
+        B.data = B.data[:-1].copy() if how.endswith("short") else B.data.astype(np.complex64)
     elif how == "shape_huge":
         B._shape = (2**40, 2**40)
+    elif how == "shape_huge_columns_width0":  # fits the arrays (and int64 indices), not int32 sizes
+        B._shape = (m, 2**40)
     elif how == "shape_negative":
         B._shape = (-1, n)
+    elif how == "shape_float":
+        B._shape = (float(m), n)
+    elif how == "shape_3d":
+        B._shape = (m, n, 1)
     elif how == "coo_row_out_of_range":
-        B = A.tocoo()
-        B.row = B.row.copy() if hasattr(B, "row") else B.row
-        if B.nnz:
-            B.row[0] = m
+        if A.nnz:
+            B = A.tocoo()
+            B.row[0] = m + int(rng.integers(0, 3))
         else:
-            B = scipy.sparse.coo_matrix((np.ones(1, A.dtype), (np.array([0]), np.array([0]))), shape=(1, 1))
-            B.row = np.array([5])
-    elif how == "unsorted":
-        for r in range(m):
-            lo, hi = B.indptr[r], B.indptr[r + 1]
-            B.indices[lo:hi] = B.indices[lo:hi][::-1].copy()
-            B.data[lo:hi] = B.data[lo:hi][::-1].copy()
-        B.has_sorted_indices = False
-    elif how == "duplicates":  # every entry stored twice (scipy's product sums them)
-        B = scipy.sparse.csr_matrix(
-            (np.repeat(A.data, 2), np.repeat(A.indices, 2), A.indptr * 2), shape=A.shape, copy=True
-        )
-        B.has_canonical_format = False
-    elif how == "nan_values":
-        B.data = B.data.copy()
-        if B.nnz:
-            B.data[rng.integers(B.nnz)] = np.nan
-    elif how == "coo":
+            B = sps.coo_matrix((np.ones(1, A.dtype), (np.array([0]), np.array([0]))), shape=(1, 1))
+            B.row[0] = 5
+    elif how == "coo_one_coordinate":
         B = A.tocoo()
-    elif how == "csc":
-        B = A.tocsc()
-    elif how == "lil":
+        B.coords = B.coords[:1]
+    elif how == "lil_ragged_row":
+        if m == 0:
+            return None
         B = A.tolil()
+        B.rows[0] = [0, 0] if n else [0]
+        B.data[0] = [1.0, 2.0, 3.0]
+    elif how == "bsr_index_out_of_range":
+        if A.nnz == 0:
+            return None
+        B = A.tobsr(blocksize=(1, 1))
+        B.indices = B.indices.copy()
+        B.indices[rng.integers(B.nnz)] = n
+    # ---- valid: B stores `dense`
+    elif how == "unsorted":
+        order = np.lexsort((-A.indices.astype(np.int64), _rows(A)))  # each row's entries reversed
+        B.indices, B.data = A.indices[order], A.data[order]
+        B.has_sorted_indices = False
+    elif how == "stale_sorted_flag":  # unsorted, while scipy's cached flags say sorted
+        order = np.lexsort((-A.indices.astype(np.int64), _rows(A)))
+        B.indices, B.data = A.indices[order], A.data[order]
+        B.has_sorted_indices = True
+        B.has_canonical_format = True
+    elif how == "duplicates":  # every entry stored twice (sums to twice the value)
+        B = sps.csr_matrix((np.repeat(A.data, 2), np.repeat(A.indices, 2), A.indptr * 2), shape=A.shape, copy=True)
+        B.has_canonical_format = False
+        dense = 2 * dense
+    elif how == "nan_values":
+        if A.nnz:
+            values = A.data.copy()
+            values[rng.integers(A.nnz)] = np.nan
+            B, dense = _with_values(A, values)
     elif how == "explicit_zeros":
-        B.data = np.zeros_like(B.data)
+        B, dense = _with_values(A, np.zeros_like(A.data))
     elif how == "int64":
-        B.indptr, B.indices = B.indptr.astype(np.int64), B.indices.astype(np.int64)
+        B.indptr, B.indices = A.indptr.astype(np.int64), A.indices.astype(np.int64)
+    elif how == "uint_indices":
+        dtype = np.uint32 if rng.integers(2) else np.uint64
+        B.indptr, B.indices = A.indptr.astype(dtype), A.indices.astype(dtype)
+    elif how == "int16_indices":
+        B.indptr, B.indices = A.indptr.astype(np.int16), A.indices.astype(np.int16)
+    elif how == "mixed_index_dtypes":
+        B.indptr, B.indices = A.indptr.astype(np.int64), A.indices.astype(np.int32)
+    elif how == "big_endian":
+        B.indptr, B.indices = A.indptr.astype(">i4"), A.indices.astype(">i8")
+        B.data = A.data.astype(A.data.dtype.newbyteorder(">"))
+    elif how == "strided":  # views with a stride of two elements
+        B.indptr = np.repeat(A.indptr, 2)[::2]
+        B.indices = np.repeat(A.indices, 2)[::2]
+        B.data = np.repeat(A.data, 2)[::2]
     elif how == "extra_storage":  # arrays longer than indptr[-1]: scipy ignores the tail
-        B.indices = np.append(B.indices, np.zeros(3, B.indices.dtype))
-        B.data = np.append(B.data, np.full(3, 7, B.data.dtype))
-    return B
+        B.indices = np.append(A.indices, np.zeros(3, A.indices.dtype))
+        B.data = np.append(A.data, np.full(3, 7, A.data.dtype))
+    elif how == "float16_values":
+        B, dense = _with_values(A, A.data.astype(np.float16))
+    elif how == "bool_values":
+        B, dense = _with_values(A, rng.random(A.nnz) < 0.5)
+    elif how == "int_values":
+        B, dense = _with_values(A, rng.integers(-3, 4, A.nnz))
+    elif how == "csr_array":
+        B = sps.csr_array(A)
+    elif how in ("coo", "csc", "lil", "dok", "dia"):
+        B = A.asformat(how)
+    elif how == "bsr":
+        B = A.tobsr(blocksize=(1, 1))
+    return B, (dense if how in VALID else None)
 
 
 def _one_entry(m: int, dtype, column: int):
@@ -150,66 +265,145 @@ def _one_entry(m: int, dtype, column: int):
     return indptr, np.array([column], dtype=dtype), np.ones(1, np.float32)
 
 
-def snapshot(*objs) -> list[np.ndarray]:
+def _operands(A, op: str, rng: np.random.Generator, width: int = 3):
+    m, n = A.shape
+    X = rng.standard_normal((n if op == "spmm" else m, width)).astype(np.float32)
+    Y = rng.standard_normal((n, width)).astype(np.float32)
+    return X, Y
+
+
+def break_operand(how: str, X: np.ndarray, Y: np.ndarray, op: str):
+    """Operands broken (or made unusual) in one way; the first is B for spmm, X for sddmm."""
+    if how == "operand_rows":
+        X = X[1:] if len(X) else np.zeros((1, X.shape[1]), X.dtype)
+    elif how == "operand_strings":
+        X = np.full(X.shape, "a", dtype=object)
+    elif how == "operand_ragged":
+        X = [[1.0, 2.0], [1.0]]
+    elif how == "operand_complex":
+        X = X.astype(np.complex64)
+    elif how == "operand_3d":
+        X = X[..., None]
+    elif how == "operand_sparse":
+        X = sps.csr_matrix(X)
+    elif how == "operand_width_mismatch":  # X and Y of different widths; spmm has one operand: B's rows
+        Y = np.zeros((len(Y), Y.shape[1] + 1), Y.dtype)
+        if op == "spmm":
+            X = np.zeros((len(X) + 1, X.shape[1]), X.dtype)
+    elif how == "zero_width":
+        X, Y = X[:, :0].copy(), Y[:, :0].copy()
+    elif how == "float64_operands":
+        X, Y = X.astype(np.float64), Y.astype(np.float64)
+    elif how == "nested_lists" and len(X):  # [] would be 1-D: no rows, no width
+        X = X.tolist()
+    elif how == "fortran_order":
+        X, Y = np.asfortranarray(X), np.asfortranarray(Y)
+    return X, Y
+
+
+def snapshot(*objs) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(array, copy) for every array of the given matrices (whatever the format: indptr, indices,
+    data, COO coords, LIL rows...) and operands."""
     arrays = []
     for obj in objs:
-        if scipy.sparse.issparse(obj):
-            for name in ("indptr", "indices", "data", "row", "col"):
-                value = getattr(obj, name, None)
-                if isinstance(value, np.ndarray):
-                    arrays.append((value, value.copy()))
-        elif isinstance(obj, np.ndarray):
-            arrays.append((obj, obj.copy()))
+        values = list(vars(obj).values()) if sps.issparse(obj) else [obj]
+        for value in values:
+            for arr in value if isinstance(value, tuple) else (value,):
+                if isinstance(arr, np.ndarray):
+                    arrays.append((arr, arr.copy()))
     return arrays
 
 
 def assert_unchanged(snap) -> None:
     for arr, before in snap:
-        np.testing.assert_array_equal(arr, before)
+        if arr.dtype == object:
+            assert arr.tolist() == before.tolist()
+        else:
+            np.testing.assert_array_equal(arr, before)
 
 
-def expected(op: str, B, X, Y):
-    """scipy's answer on the same (valid) input."""
-    A = B.tocsr().copy()
-    A.sum_duplicates()
+def assert_no_sharing(result, snap) -> None:
+    arrays = [result] if isinstance(result, np.ndarray) else [result.data, result.indices, result.indptr]
+    for r in arrays:
+        for arr, _ in snap:
+            assert not np.shares_memory(r, arr)
+
+
+def call(op: str, A, X, Y):
+    return sp.ops.spmm(A, X) if op == "spmm" else sp.ops.sddmm(A, X, Y)
+
+
+def check_result(op: str, how: str, A, dense: np.ndarray, got, X, Y) -> None:
+    """`got` is the result of the dense matrix `dense` stores; sddmm keeps A's canonical structure."""
+    X64 = np.asarray(X, dtype=np.float64)
     if op == "spmm":
-        return np.asarray(A @ X.astype(np.float64))
-    return A.multiply(X.astype(np.float64) @ Y.astype(np.float64).T).tocsr()
-
-
-def call(op: str, B, X, Y):
-    return sp.ops.spmm(B, X) if op == "spmm" else sp.ops.sddmm(B, X, Y)
+        assert isinstance(got, np.ndarray) and got.shape == (A.shape[0], X64.shape[1])
+        np.testing.assert_allclose(got, dense @ X64, rtol=1e-4, atol=1e-4, equal_nan=True)
+        return
+    want = dense * (X64 @ np.asarray(Y, dtype=np.float64).T)  # A.multiply(X @ Y.T), as dense
+    assert got.format == "csr" and got.shape == A.shape
+    np.testing.assert_allclose(got.toarray(), want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    if how in SAME_STRUCTURE:
+        np.testing.assert_array_equal(got.indptr, A.indptr)
+        np.testing.assert_array_equal(got.indices, A.indices)
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(A=csr_matrices(max_rows=12, max_cols=12, value_dtypes=("float32",)), how=st.sampled_from(INVALID + VALID),
-       seed=st.integers(0, 2**16))  # fmt: skip
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    A=csr_matrices(max_rows=12, max_cols=12),
+    how=st.sampled_from(INVALID + INVALID_OPERANDS) | st.sampled_from(VALID + VALID_OPERANDS),
+    seed=st.integers(0, 2**16),
+)
 def test_corrupted_inputs_raise_input_error(op, A, how, seed):
-    """Only `sp.InputError` for broken arrays, scipy's result for valid-but-unusual ones; the
-    caller's arrays are untouched either way."""
+    """Only `sp.InputError` for broken arrays, the stored matrix's result for valid-but-unusual
+    ones; the caller's arrays are untouched either way and no result aliases them."""
     rng = np.random.default_rng(seed)
-    m, n = A.shape
-    B = corrupt(A, how, rng)
-    assume(B is not None)
-    X = rng.standard_normal((n if op == "spmm" else m, 3)).astype(np.float32)
-    Y = rng.standard_normal((n, 3)).astype(np.float32)
-    if how == "operand_rows":
-        X = X[1:] if len(X) else np.zeros((1, 3), np.float32)
-    elif how == "operand_strings":
-        X = np.full(X.shape, "a", dtype=object) if X.size else np.array([["a"]], dtype=object)
+    made = corrupt(A, how, rng, op)
+    assume(made is not None)
+    event("invalid" if how in INVALID + INVALID_OPERANDS else "valid")
+    B, dense = made
+    if how in INVALID_OPERANDS + VALID_OPERANDS:
+        dense = A.toarray().astype(np.float64) if how in VALID_OPERANDS else None
+    X, Y = _operands(A, op, rng)
+    X, Y = break_operand(how, X, Y, op)
+    if how == "shape_huge_columns_width0":
+        # operands of the declared shape: zero bytes, valid arrays
+        X, Y = np.zeros((2**40 if op == "spmm" else A.shape[0], 0), np.float32), np.zeros((2**40, 0), np.float32)
     snap = snapshot(B, X, Y)
-    if how in VALID:
+    if dense is not None:
         got = call(op, B, X, Y)
-        want = expected(op, B, X, Y)
-        if op == "spmm":
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
-        else:
-            np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-4, atol=1e-4, equal_nan=True)
+        check_result(op, how, A, dense, got, X, Y)
+        assert_no_sharing(got, snap)
     else:
         with pytest.raises(sp.InputError):
             call(op, B, X, Y)
     assert_unchanged(snap)
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("indptr_decreasing", "non-decreasing"),
+        ("indptr_start", "must start at 0"),
+        ("indptr_short", "must have 35 entries"),
+        ("indptr_past_indices", "ends at"),
+        ("indptr_float", "integer array"),
+        ("indices_too_large", r"must lie in \[0, 34\)"),
+        ("indices_negative", r"must lie in \[0, 34\)"),
+        ("data_short", "but the structure stores"),
+        ("data_complex", "complex"),
+        ("data_strings", "real numbers"),
+        ("shape_huge", "at most 2147483647 rows and columns"),
+        ("shape_negative", "invalid shape"),
+        ("lil_ragged_row", "column indices but 3 values"),
+    ],
+)
+def test_messages_name_what_is_wrong(how, message):
+    A = load_matrix("karate")
+    B, _ = corrupt(A, how, np.random.default_rng(0), "spmm")
+    with pytest.raises(sp.InputError, match=message):
+        sp.ops.spmm(B, np.ones((A.shape[1], 4), np.float32))
 
 
 def test_non_monotone_indptr_is_an_input_error_not_a_scipy_crash():
@@ -218,44 +412,87 @@ def test_non_monotone_indptr_is_an_input_error_not_a_scipy_crash():
     B = A.copy()
     B.indptr = B.indptr.copy()
     B.indptr[3], B.indptr[4] = B.indptr[4] + 5, B.indptr[3]
-    with pytest.raises(sp.InputError, match="non-decreasing"):
-        sp.ops.spmm(B, np.ones((A.shape[1], 4), np.float32))
+    for call_op in (lambda: sp.ops.spmm(B, np.ones((A.shape[1], 4), np.float32)),
+                    lambda: sp.ops.sddmm(B, np.ones((A.shape[0], 4)), np.ones((A.shape[1], 4)))):  # fmt: skip
+        with pytest.raises(sp.InputError, match="non-decreasing"):
+            call_op()
 
 
-def test_results_never_share_memory_with_inputs():
-    """Change every result in place; the inputs stay as they were (scipy's `A.multiply` does the same)."""
-    rng = np.random.default_rng(0)
+def _inputs(kind: str, rng: np.random.Generator):
+    """A sparse matrix of one kind (each takes a different path through the checks)."""
     A = load_matrix("karate").astype(np.float32)
     A.data = rng.standard_normal(A.nnz).astype(np.float32)
     A.data[::7] = 0  # explicit zeros: eliminate_zeros has work to do
-    X = rng.standard_normal((A.shape[0], 8)).astype(np.float32)
-    Y = rng.standard_normal((A.shape[1], 8)).astype(np.float32)
-    snap = snapshot(A, X, Y)
-    v = rng.standard_normal(A.shape[1])
-    Av = A @ v
+    if kind == "unsorted":
+        order = np.lexsort((-A.indices, _rows(A)))
+        A.indices, A.data = A.indices[order], A.data[order]
+        A.has_sorted_indices = False
+    elif kind == "coo":
+        A = A.tocoo()
+    elif kind == "extra_storage":
+        A.indices = np.append(A.indices, np.zeros(2, A.indices.dtype))
+        A.data = np.append(A.data, np.ones(2, A.data.dtype))
+    elif kind == "empty":
+        A = sps.csr_matrix((0, 5), dtype=np.float32)
+    return A
 
+
+@pytest.mark.parametrize("width", [8, 0])
+@pytest.mark.parametrize("kind", ["canonical", "unsorted", "coo", "extra_storage", "empty"])
+def test_results_never_share_memory_with_inputs(kind, width):
+    """Change every result in place; the inputs stay as they were (scipy's `A.multiply` does the same).
+    Each op runs twice: the second call takes the path of a structure checked before."""
+    rng = np.random.default_rng(0)
+    A = _inputs(kind, rng)
+    m, n = A.shape
+    X = rng.standard_normal((m, width)).astype(np.float32)
+    Y = rng.standard_normal((n, width)).astype(np.float32)
+    B = rng.standard_normal((n, width)).astype(np.float32)
+    snap = snapshot(A, X, Y, B)
+    dense = A.toarray()
+    for _ in range(2):
+        S = sp.ops.sddmm(A, X, Y)
+        assert_no_sharing(S, snap)
+        S.eliminate_zeros()
+        S.sort_indices()
+        S.sum_duplicates()
+        S.indices[:] = 0
+        S.indptr[:] = 0
+        S.data[:] = -1
+        C = sp.ops.spmm(A, B)
+        assert_no_sharing(C, snap)
+        C[...] = 0
+        assert_unchanged(snap)
+        np.testing.assert_array_equal(A.toarray(), dense)
+
+
+def test_sddmm_zero_width_keeps_nan_as_scipy():
+    """X @ Y.T is all zeros: A.multiply gives NaN * 0 = NaN at a NaN entry, not the kernel's empty sum 0."""
+    A = sps.csr_matrix((np.array([np.nan, 2, 0], np.float32), np.array([0, 1, 2]), np.array([0, 3])), shape=(1, 3))
+    X, Y = np.zeros((1, 0), np.float32), np.zeros((3, 0), np.float32)
     S = sp.ops.sddmm(A, X, Y)
-    for result_array in (S.data, S.indices, S.indptr):
-        for input_array in (A.data, A.indices, A.indptr, X, Y):
-            assert not np.shares_memory(result_array, input_array)
-    S.eliminate_zeros()
-    S.sort_indices()
-    S.indices[:] = 0
-    S.indptr[:] = 0
-    S.data[:] = -1
+    np.testing.assert_array_equal(S.toarray(), A.multiply(X @ Y.T).toarray())
+    assert S.nnz == 3  # explicit zeros kept
 
-    C = sp.ops.spmm(A, X[: A.shape[1]])
-    assert not any(np.shares_memory(C, x) for x in (A.data, A.indices, A.indptr, X))
-    C[...] = 0
 
-    assert_unchanged(snap)
-    np.testing.assert_allclose(A @ v, Av)
+def test_structure_records_do_not_outlive_their_arrays():
+    """Each call on a COO matrix records the structure of a temporary CSR; the record goes with it."""
+    A = load_matrix("karate").tocoo()
+    B = np.ones((A.shape[1], 2), np.float32)
+    sp.ops.spmm(A, B)
+    gc.collect()
+    before = len(ops._CHECKED)
+    for _ in range(20):
+        sp.ops.spmm(A, B)
+    gc.collect()
+    assert len(ops._CHECKED) <= before
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (0, 5), (5, 0), (3, 4)])
 def test_spmm_result_is_fresh_on_degenerate_shapes(shape):
-    A = scipy.sparse.csr_matrix(shape, dtype=np.float32)
-    B = np.ones((shape[1], 2), np.float32)
-    C = sp.ops.spmm(A, B)
-    assert C.shape == (shape[0], 2) and not np.shares_memory(C, B)
-    np.testing.assert_array_equal(C, 0)
+    A = sps.csr_matrix(shape, dtype=np.float32)
+    for width in (2, 0):
+        B = np.ones((shape[1], width), np.float32)
+        C = sp.ops.spmm(A, B)
+        assert C.shape == (shape[0], width) and not np.shares_memory(C, B)
+        np.testing.assert_array_equal(C, 0)
