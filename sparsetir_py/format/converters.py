@@ -99,8 +99,12 @@ def to_ell_parts(
     part_width = -(-n // num_col_parts) if n else 1
     part = cols // part_width
     # Nonzeros sorted by (part, row, col): each (part, row) run is one row of that column part.
-    order = np.lexsort((cols, rows, part))
-    rows, cols, part, values = rows[order], cols[order], part[order], values[order]
+    # Canonical CSR is in (row, col) order already, so a stable sort by part alone does it.
+    if num_col_parts > 1:
+        # (a 16-bit key sorts by radix in numpy: linear in nnz)
+        key16 = part.astype(np.uint16) if num_col_parts <= 1 << 16 else part
+        order = np.argsort(key16, kind="stable")
+        rows, cols, part, values = rows[order], cols[order], part[order], values[order]
     key = part * max(m, 1) + rows
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
     run_len = np.diff(np.r_[starts, len(key)])
@@ -117,11 +121,19 @@ def to_ell_parts(
     # (its index in the row), so that within a layer every row appears once. The last, shorter
     # chunk lands alone in a smaller bucket: layer 0 there.
     chunk_layer = np.where(chunk_bucket == len(widths) - 1, chunk_index, 0)
+    chunk_part = run_part[chunk_run]
+    # Chunks are in (part, row) order; a stable sort by (part, bucket, layer) groups each part's
+    # chunks by layer with rows still increasing within a layer.
+    group = (chunk_part * len(widths) + chunk_bucket) * (int(chunk_layer.max(initial=0)) + 1) + chunk_layer
+    by_group = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(
+        group[by_group], np.arange(num_col_parts * len(widths) + 1) * (int(chunk_layer.max(initial=0)) + 1)
+    )
     out = []
     for p in range(num_col_parts):
         for w_index, w in enumerate(widths):
-            pick = np.flatnonzero((run_part[chunk_run] == p) & (chunk_bucket == w_index))
-            pick = pick[np.lexsort((run_row[chunk_run[pick]], chunk_layer[pick]))]  # by (layer, row)
+            k = p * len(widths) + w_index
+            pick = by_group[bounds[k] : bounds[k + 1]]
             layers = int(chunk_layer[pick].max(initial=0)) + 1
             indptr = np.zeros(layers + 1, np.int64)
             np.cumsum(np.bincount(chunk_layer[pick], minlength=layers), out=indptr[1:])
