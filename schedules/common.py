@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sparsetir_py.schedule import Schedule
+from sparsetir_py.ir.expr import Var
+from sparsetir_py.ir.stmt import Block, For, SeqStmt
+from sparsetir_py.ir.visit import walk
+from sparsetir_py.schedule import LoopRV, Schedule
 
 
 def fuse_rows_and_nonzeros(sch: Schedule, iteration: str) -> None:
@@ -22,3 +25,29 @@ def bind_row_search(sch: Schedule, block: str, threads: int = 256) -> None:
     outer, inner = sch.split(p, [None, threads])
     sch.bind(outer, "blockIdx.x")
     sch.bind(inner, "threadIdx.x")
+
+
+def parts_cpu(sch: Schedule) -> None:
+    """CPU schedule of any format decomposition (`sp.decompose_format`): in every top-level loop
+    nest (the init, then one nest per part), the outermost loop bound to a spatial block iterator
+    runs in parallel; everything else stays as lowering made it.
+
+    A spatial iterator's points write distinct outputs, so that loop is safe to parallelise: a
+    BSR part's block rows, the rows of one layer of a hyb/ELL part (its layer loop is a reduction:
+    a split row appears once per layer), the rows of the init. Parts run one after another, so
+    parts that share rows (column partitions) never race."""
+    func = sch.mod["main"]
+    nests = func.body.stmts if isinstance(func.body, SeqStmt) else (func.body,)
+    for nest in nests:
+        loop = _outermost_spatial_loop(nest)
+        if loop is not None:
+            sch.parallel(LoopRV(loop))
+
+
+def _outermost_spatial_loop(nest) -> Var | None:
+    """The first loop (pre-order) whose variable a block binds to a spatial iterator."""
+    spatial = {iv.value for n in walk(nest) if isinstance(n, Block) for iv in n.iter_vars if iv.kind == "S"}
+    for n in walk(nest):
+        if isinstance(n, For) and n.loop_var in spatial:
+            return n.loop_var
+    return None

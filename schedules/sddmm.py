@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sparsetir_py.schedule import Schedule
 
-from .common import bind_row_search, fuse_rows_and_nonzeros
+from .common import bind_row_search, fuse_rows_and_nonzeros, parts_cpu
 
 
 def csr_cpu_rows(sch: Schedule) -> None:
@@ -102,6 +102,9 @@ def csr_cuda_fused_rfactor(sch: Schedule, nnz_per_block: int = 4) -> None:
 csr_cuda_fused_rfactor.stage1 = _fuse_rows_and_nonzeros
 
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_fused_rfactor}
+# Any decomposition into parts (sp.decompose_format: BSR, ELL buckets, hyb, padding).
+hyb_cpu = parts_cpu
+
 SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
     "csr_cpu_rows_balanced": csr_cpu_rows_balanced,
@@ -109,4 +112,5 @@ SCHEDULES = {
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_fused_warp": csr_cuda_fused_warp,
     "csr_cuda_fused_rfactor": csr_cuda_fused_rfactor,
+    "hyb_cpu": hyb_cpu,
 }

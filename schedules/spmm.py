@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sparsetir_py.schedule import Schedule
 
-from .common import bind_row_search, fuse_rows_and_nonzeros
+from .common import bind_row_search, fuse_rows_and_nonzeros, parts_cpu
 
 
 def csr_cpu_rows(sch: Schedule) -> None:
@@ -86,10 +86,14 @@ def csr_cuda_nnz_split(sch: Schedule, nnz_per_block: int = 8, threads: int = 32)
 csr_cuda_nnz_split.stage1 = _fuse_rows_and_nonzeros
 
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
+# Any decomposition into parts (sp.decompose_format: BSR, ELL buckets, hyb, padding).
+hyb_cpu = parts_cpu
+
 SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
     "csr_cpu_rows_balanced": csr_cpu_rows_balanced,
     "csr_cpu_rows_tiled": csr_cpu_rows_tiled,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_nnz_split": csr_cuda_nnz_split,
+    "hyb_cpu": hyb_cpu,
 }

@@ -17,10 +17,12 @@ For each `FormatRewriteRule` (SparseTIR's composable formats):
    initialised once, rows that no part touches included), then one compute iteration
    `<iteration>_<rule>` per rule, without init, over the iteration's axes with the rewritten ones
    replaced by the rule's new axes (each new axis takes the kind of the old axis `axis_map` maps
-   to it). Its body is the old body, with the rewritten buffer read through `idx_map` (directly
-   by the new iterators when it was read by the old ones), every other use of an old iterator
-   replaced by its coordinate `inv_idx_map(new iterators)`, and a guard that the coordinate lies
-   in the old shape (padding rows and columns of a block format compute nothing).
+   to it, except that a new axis `inv_idx_map` does not use, such as hyb's layers, is a
+   reduction: several of its points land on one old point). Its body is the old body, with the
+   rewritten buffer read through `idx_map` (directly by the new iterators when it was read by the
+   old ones), every other use of an old iterator replaced by its coordinate
+   `inv_idx_map(new iterators)`, and a guard that the coordinate lies in the old shape (padding
+   rows and columns of a block format compute nothing).
 
 The parts accumulate into the same outputs, so the decomposition computes what the original did
 as long as the rules partition the stored nonzeros (each nonzero in exactly one part; the
@@ -218,9 +220,12 @@ class _Decomposition:
                 kinds.append(k)
                 ivars.append(fresh)
             elif not any(a in axes for a in part.after):  # the new axes go where the first old one was
-                for name, a in zip(rule.axes_after_rewrite, part.after):
+                used = set().union(*(e.dims_used() for e in rule.inv_idx_map.results))
+                for k, (name, a) in enumerate(zip(rule.axes_after_rewrite, part.after)):
                     axes.append(a)
-                    kinds.append(old_kinds[self.axes[rule.source_axis(name)]])
+                    # A new axis the old coordinates do not depend on (hyb's layers) adds up
+                    # several points into one old point: a reduction, whatever it was mapped from.
+                    kinds.append(old_kinds[self.axes[rule.source_axis(name)]] if k in used else "R")
                     ivars.append(new_vars[a])
         dims = [new_vars[a] for a in part.after]
         coords = [

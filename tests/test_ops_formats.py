@@ -1,0 +1,100 @@
+"""`sp.ops.spmm(A, B, format=...)`: composable formats end to end through the operator.
+
+Every shipped format (and a user's rule module) against scipy on real graphs and on drawn
+matrices (empty rows, empty matrices, one row, rectangular, shapes not divisible by the block,
+int64 indices, float64 values); the conversion is cached per structure (new values and new
+operands reuse it); bad formats and parameters are `InputError`s. Buckets are fixed here so that
+one kernel per format and dtype pair is compiled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import csr_matrices
+
+import format_rules
+import sparsetir_py as sp
+from sparsetir_py import ops
+from sparsetir_py.data import load_matrix
+
+FORMATS = {
+    "bsr": {"block_size": 3},
+    "ell": {"buckets": [1, 2, 4, 8]},
+    "hyb": {"num_col_parts": 2, "buckets": [1, 2, 4, 8]},
+    "padding": {"pad_size": 4},
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("graph", ["cora", "lp_afiro"])
+def test_formats_on_real_graphs(fmt, graph):
+    A = load_matrix(graph).astype(np.float32)
+    B = np.random.default_rng(0).standard_normal((A.shape[1], 16)).astype(np.float32)
+    C = sp.ops.spmm(A, B, format=fmt, **FORMATS[fmt])
+    np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(A=csr_matrices(max_rows=20, max_cols=20), feat=st.sampled_from([1, 3, 8]))
+def test_formats_on_drawn_matrices(fmt, A, feat):
+    B = np.random.default_rng(feat).standard_normal((A.shape[1], feat)).astype(A.dtype)
+    C = sp.ops.spmm(A, B, format=fmt, **FORMATS[fmt])
+    assert C.dtype == A.dtype and C.shape == (A.shape[0], feat)
+    tol = 1e-4 if A.dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_conversion_is_cached_per_structure():
+    A = load_matrix("cora").astype(np.float32)
+    B = np.ones((A.shape[1], 4), np.float32)
+    ops._CONVERTED.clear()
+    sp.ops.spmm(A, B, format="bsr", block_size=2)
+    assert len(ops._CONVERTED) == 1
+    A2 = A.copy()
+    A2.indptr, A2.indices = A.indptr, A.indices  # same structure, new values
+    A2.data = A.data * 3
+    C = sp.ops.spmm(A2, B * 2, format="bsr", block_size=2)
+    assert len(ops._CONVERTED) == 1  # not converted again
+    np.testing.assert_allclose(C, 6 * (A @ np.ones((A.shape[1], 4))), rtol=1e-4)
+
+
+def test_a_rule_module_as_format():
+    A = load_matrix("karate").astype(np.float32)
+    B = np.random.default_rng(1).standard_normal((A.shape[1], 5)).astype(np.float32)
+    C = sp.ops.spmm(A, B, format=format_rules.padding, pad_size=2)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda A, B: sp.ops.spmm(A, B, format="coo"), "unknown format 'coo'"),
+        (lambda A, B: sp.ops.spmm(A, B, format=42), "format must be a name or a rule module"),
+        (lambda A, B: sp.ops.spmm(A, B, format="bsr", block_sz=2), "block_sz"),
+        (lambda A, B: sp.ops.spmm(A, B, block_size=2), "format 'csr' takes no parameters"),
+        (lambda A, B: sp.ops.sddmm(A, B[: A.shape[0]], B, format="bsr"), "not available yet"),
+    ],
+)
+def test_format_errors(call, message):
+    A = load_matrix("karate").astype(np.float32)
+    B = np.ones((A.shape[1], 3), np.float32)
+    with pytest.raises(sp.InputError, match=message):
+        call(A, B)
+
+
+def test_bad_format_parameters_are_format_errors():
+    A = load_matrix("karate").astype(np.float32)
+    with pytest.raises(sp.FormatError, match="powers of two"):
+        sp.ops.spmm(A, np.ones((A.shape[1], 2), np.float32), format="ell", buckets=[3])
+
+
+def test_empty_matrix_in_every_format():
+    for fmt, params in FORMATS.items():
+        A = scipy.sparse.csr_matrix((5, 4), dtype=np.float32)
+        C = sp.ops.spmm(A, np.ones((4, 2), np.float32), format=fmt, **params)
+        np.testing.assert_array_equal(C, 0)
