@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sparsetir_py.schedule import Schedule
 
-from .common import bind_row_search, fuse_rows_and_nonzeros, parts_cpu
+from .common import bind_row_search, fuse_rows_and_nonzeros, parts_cpu, parts_cuda
 
 
 def csr_cpu_rows(sch: Schedule) -> None:
@@ -104,6 +104,7 @@ csr_cuda_fused_rfactor.stage1 = _fuse_rows_and_nonzeros
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_fused_rfactor}
 # Any decomposition into parts (sp.decompose_format: BSR, ELL buckets, hyb, padding).
 hyb_cpu = parts_cpu
+hyb_cuda = parts_cuda
 
 SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
@@ -113,4 +114,5 @@ SCHEDULES = {
     "csr_cuda_fused_warp": csr_cuda_fused_warp,
     "csr_cuda_fused_rfactor": csr_cuda_fused_rfactor,
     "hyb_cpu": hyb_cpu,
+    "hyb_cuda": hyb_cuda,
 }
