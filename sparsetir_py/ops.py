@@ -436,7 +436,7 @@ def spmm(
 
 
 def sddmm(
-    A, X, Y, format: str = "csr", target: str = "cpu", schedule: Callable | str | None = None
+    A, X, Y, format: str = "csr", target: str = "cpu", schedule: Callable | str | None = None, **params
 ) -> scipy.sparse.csr_matrix:
     """A CSR matrix with A's structure (explicit zeros kept) and values `A.multiply(X @ Y.T)`.
 
@@ -444,11 +444,13 @@ def sddmm(
     (unsorted or duplicated input gives the same matrix as `A.multiply(X @ Y.T)`). Inputs are
     checked as in `spmm`. The result owns new `data`, `indptr` and `indices` arrays: changing it in
     place (`eliminate_zeros`, `sort_indices`, writing `S.indices`) never changes `A`.
-    Only `format="csr"` yet: a decomposed SDDMM writes its output in the parts' formats, which
-    `decompose_format` does not rewrite yet.
+    `format` (and its parameters) decomposes A as in `spmm`; the output moves to the parts'
+    formats too and is mapped back to A's structure and order.
     """
     if not (isinstance(format, str) and format == "csr"):
-        raise InputError(f"sddmm: format {format!r} is not available yet (decomposed outputs); use format='csr'")
+        return _sddmm_parts(A, X, Y, _format_module(format), target, schedule, params)
+    if params:
+        raise InputError(f"format 'csr' takes no parameters, got {', '.join(params)}")
     csr = _as_csr(A)
     m, n = csr.shape
     X, Y = _operand(X, "X"), _operand(Y, "Y")
@@ -587,3 +589,63 @@ def _spmm_parts(A, B, module, target: str, schedule, params: dict) -> np.ndarray
     small = target == "cpu" and csr.nnz * feat < PARALLEL_GRAIN
     kernel(**{k: v for k, v in args.items() if k in wanted}, **({"threads": 1} if small else {}))
     return C
+
+
+def _with_output(rule):
+    """The rule with the SDDMM output `C` in the new format too (over the same axes as `A`)."""
+    from .format import FormatRewriteRule
+    from .ir.expr import Var
+
+    desc = rule.new_format_desc
+    a = rule.new_buffer("A")
+    c = Var("c", "handle")
+    desc = desc.replace(params=(*desc.params, c), buffers=(*desc.buffers, a.replace(name="C", data=c)))
+    out = FormatRewriteRule(
+        rule.name, desc, ["A", "C"], rule.axes_before_rewrite, rule.axes_after_rewrite, rule.axis_map,
+        rule.idx_map, rule.inv_idx_map,
+    )  # fmt: skip
+    out.converter = rule.converter
+    return out
+
+
+def _sddmm_parts(A, X, Y, module, target: str, schedule, params: dict) -> scipy.sparse.csr_matrix:
+    """SDDMM with A (and the output) decomposed by a rule module; the parts' outputs are
+    scattered back to A's canonical order."""
+    from .transform import decompose_format, remove_preprocess
+
+    csr = _as_csr(A)
+    m, n = csr.shape
+    X, Y = _operand(X, "X"), _operand(Y, "Y")
+    dtype = _value_dtype(csr.dtype, X.dtype, Y.dtype)
+    X, Y = _dense(X, "X", m, dtype), _dense(Y, "Y", n, dtype)
+    if X.shape[1] != Y.shape[1]:
+        raise InputError(f"`X` and `Y` must have the same number of columns, got {X.shape[1]} and {Y.shape[1]}")
+    feat = X.shape[1]
+    dname, idtype = _DTYPE_NAMES[dtype], _DTYPE_NAMES[csr.indices.dtype]
+    rules, structure, gathers = _converted(module, csr, params, dname, idtype)
+    if schedule is None:
+        schedule = "hyb_cpu" if target == "cpu" else (lambda sch: None)
+    schedule = _resolve_schedule("sddmm", target, schedule)
+    key = ("sddmm", id(module), repr(sorted(params.items())), tuple(r.name for r in rules), dname, idtype, target,
+           feat if target == "cuda" else None, schedule)  # fmt: skip
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        mod = remove_preprocess(decompose_format(SCRIPTS["sddmm"](idtype, dname), [_with_output(r) for r in rules]))
+        specialize = {"feat": feat} if target == "cuda" else None
+        kernel = compile_pipeline(mod, target, schedule=schedule, specialize=specialize)
+        _KERNELS[key] = kernel
+    data = np.concatenate([np.zeros(1, dtype), np.asarray(csr.data, dtype=dtype)])
+    values = {name: data[where] for name, where in gathers.items()}
+    outputs = {"c" + name[1:]: np.empty(where.shape, dtype) for name, where in gathers.items()}
+    args = {"x": X, "y": Y, "m": m, "n": n, "feat": feat, **structure, **values, **outputs}
+    wanted = set(kernel.parameters)
+    small = target == "cpu" and csr.nnz * max(feat, 1) < PARALLEL_GRAIN
+    kernel(**{k: v for k, v in args.items() if k in wanted}, **({"threads": 1} if small else {}))
+    out = np.zeros(csr.nnz, dtype)
+    for name, where in gathers.items():
+        stored = where.reshape(-1) > 0
+        out[where.reshape(-1)[stored] - 1] = outputs["c" + name[1:]].reshape(-1)[stored]
+    S = csr._with_data(out, copy=True) if hasattr(csr, "_with_data") else None
+    if S is None:  # pragma: no cover - scipy always has it
+        S = scipy.sparse.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
+    return S

@@ -49,6 +49,33 @@ def test_formats_on_drawn_matrices(fmt, A, feat):
     np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(A=csr_matrices(max_rows=18, max_cols=18), feat=st.sampled_from([1, 4]))
+def test_sddmm_formats_keep_the_structure_of_A(fmt, A, feat):
+    """The output moves to the parts' formats and back: A's structure and order, A.multiply's values."""
+    rng = np.random.default_rng(feat)
+    X = rng.standard_normal((A.shape[0], feat)).astype(A.dtype)
+    Y = rng.standard_normal((A.shape[1], feat)).astype(A.dtype)
+    S = sp.ops.sddmm(A, X, Y, format=fmt, **FORMATS[fmt])
+    want = A.multiply(X.astype(np.float64) @ Y.astype(np.float64).T).tocsr()
+    np.testing.assert_array_equal(S.indptr, A.indptr)
+    np.testing.assert_array_equal(S.indices, A.indices)
+    tol = 1e-4 if A.dtype == np.float32 else 1e-10
+    dense = np.zeros(A.nnz)
+    dense[:] = np.asarray(want[np.repeat(np.arange(A.shape[0]), np.diff(A.indptr)), A.indices]).reshape(-1)
+    np.testing.assert_allclose(S.data, dense, rtol=tol, atol=tol)
+    assert not np.shares_memory(S.indices, A.indices)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_sddmm_formats_on_a_real_graph(fmt):
+    A = load_matrix("citeseer").astype(np.float32)
+    X = np.random.default_rng(0).standard_normal((A.shape[0], 8)).astype(np.float32)
+    S = sp.ops.sddmm(A, X, X, format=fmt, **FORMATS[fmt])
+    np.testing.assert_allclose(S.toarray(), A.multiply(X @ X.T).toarray(), rtol=1e-4, atol=1e-4)
+
+
 def test_conversion_is_cached_per_structure():
     A = load_matrix("cora").astype(np.float32)
     B = np.ones((A.shape[1], 4), np.float32)
@@ -77,7 +104,8 @@ def test_a_rule_module_as_format():
         (lambda A, B: sp.ops.spmm(A, B, format=42), "format must be a name or a rule module"),
         (lambda A, B: sp.ops.spmm(A, B, format="bsr", block_sz=2), "block_sz"),
         (lambda A, B: sp.ops.spmm(A, B, block_size=2), "format 'csr' takes no parameters"),
-        (lambda A, B: sp.ops.sddmm(A, B[: A.shape[0]], B, format="bsr"), "not available yet"),
+        (lambda A, B: sp.ops.sddmm(A, B[: A.shape[0]], B, format="csc"), "unknown format 'csc'"),
+        (lambda A, B: sp.ops.sddmm(A, B[: A.shape[0]], B, pad_size=2), "format 'csr' takes no parameters"),
     ],
 )
 def test_format_errors(call, message):

@@ -29,8 +29,6 @@ from ..ir.func import PrimFunc
 from ..ir.stmt import SparseIteration
 from ..ir.visit import walk
 
-IndexMapLike = Callable[..., Sequence] | IndexingMap
-
 
 @dataclass(frozen=True)
 class TracedMap:
@@ -43,6 +41,9 @@ class TracedMap:
     def __str__(self) -> str:
         dims = ", ".join(f"d{k}" for k in range(self.arity))
         return f"({dims}) -> ({', '.join(str(r) for r in self.results)})"
+
+
+IndexMapLike = Callable[..., Sequence] | IndexingMap | TracedMap
 
 
 class FormatRewriteRule:
@@ -141,7 +142,12 @@ class FormatRewriteRule:
 
 
 def trace(rule: str, field: str, fn: IndexMapLike, arity: int, results: int) -> TracedMap:
-    """An index map as affine expressions: an `IndexingMap` as is, a callable run on `d0, d1, ...`."""
+    """An index map as affine expressions: an `IndexingMap` as is, a callable run on `d0, d1, ...`
+    (a map traced already, as another rule holds it, is taken as it is)."""
+    if isinstance(fn, TracedMap):
+        if fn.arity != arity or len(fn.results) != results:
+            raise FormatError(f"rule `{rule}`: {field} must map {arity} coordinates to {results}, got {fn}")
+        return fn
     if isinstance(fn, IndexingMap):
         if fn.num_dims != arity or fn.num_results != results or fn.num_symbols:
             raise FormatError(

@@ -26,8 +26,10 @@ For each `FormatRewriteRule` (SparseTIR's composable formats):
 
 The parts accumulate into the same outputs, so the decomposition computes what the original did
 as long as the rules partition the stored nonzeros (each nonzero in exactly one part; the
-converters guarantee it, and padding holds 0). Rewriting a buffer the iteration writes (an SDDMM
-output in the new format) is not supported yet: a `FormatError` says so.
+converters guarantee it, and padding holds 0). A rewritten buffer that the iteration writes (the
+output of SDDMM, over the same axes as its input) moves to the new format too: each part's
+iteration keeps the init and writes its own copy, indexed by its own iterators, and the caller
+maps the parts back to the old order (`sp.ops.sddmm` does).
 """
 
 from __future__ import annotations
@@ -169,12 +171,17 @@ class _Decomposition:
         reads = {n.buffer.name for n in walk(s) if isinstance(n, BufferLoad) and n.buffer.name in self.rewritten}
         if not reads:
             return s
-        writes = {n.buffer.name for n in walk(s) if isinstance(n, BufferStore | AtomicAdd)}
-        if writes & set(self.rewritten):
-            raise FormatError(
-                f"in `decompose_format` of `{self.func.name}`: iteration `{s.name}` writes "
-                f"{sorted(writes & set(self.rewritten))}, which a rule rewrites; only read buffers can be rewritten yet"
-            )
+        stores = [n for n in walk(s) if isinstance(n, BufferStore | AtomicAdd) and n.buffer.name in self.rewritten]
+        old_iters = [v for ia, v in zip(s.axes, s.iter_vars) if isinstance(ia, Axis)]
+        for n in stores:
+            if len(n.indices) != len(n.buffer.axes) or not all(isinstance(i, Var) for i in n.indices):
+                raise FormatError(
+                    f"in `decompose_format` of `{self.func.name}`: iteration `{s.name}` writes the rewritten "
+                    f"buffer `{n.buffer.name}` at computed indices; a rewritten output must be written by the "
+                    "iteration's own iterators"
+                )
+            if not set(n.indices) <= set(old_iters):  # pragma: no cover - the verifier's unstored-write rule
+                raise FormatError(f"`{s.name}` writes `{n.buffer.name}` by iterators of another iteration")
         iterated = {base_axis(ia) for ia in s.axes if isinstance(ia, Axis)}
         for part in self.parts:
             missing = [n for n in part.rule.axes_before_rewrite if self.axes[n] not in iterated]
@@ -184,6 +191,10 @@ class _Decomposition:
                     f"iteration `{s.name}` reads a rewritten buffer but does not iterate {missing} as plain axes "
                     "(fused or attached axes cannot be rewritten)",
                 )
+        if stores:
+            # The output itself moves to each part's format (SDDMM): every part initialises and
+            # computes its own copy, in place; the caller maps the parts back to the old order.
+            return seq(*(self.compute_iteration(s, part, keep_init=True) for part in self.parts))
         init = self.init_iteration(s) if s.init is not None else None
         return seq(init, *(self.compute_iteration(s, part) for part in self.parts))
 
@@ -200,7 +211,7 @@ class _Decomposition:
             attrs=s.attrs,
         )
 
-    def compute_iteration(self, s: SparseIteration, part: _Part) -> SparseIteration:
+    def compute_iteration(self, s: SparseIteration, part: _Part, keep_init: bool = False) -> SparseIteration:
         rule = part.rule
         before = [self.axes[n] for n in rule.axes_before_rewrite]
         old_vars = {base_axis(ia): v for ia, v in zip(s.axes, s.iter_vars)}
@@ -225,7 +236,7 @@ class _Decomposition:
                     axes.append(a)
                     # A new axis the old coordinates do not depend on (hyb's layers) adds up
                     # several points into one old point: a reduction, whatever it was mapped from.
-                    kinds.append(old_kinds[self.axes[rule.source_axis(name)]] if k in used else "R")
+                    kinds.append(old_kinds[self.axes[rule.source_axis(name)]] if k in used or keep_init else "R")
                     ivars.append(new_vars[a])
         dims = [new_vars[a] for a in part.after]
         coords = [
@@ -237,6 +248,9 @@ class _Decomposition:
         old_iters = tuple(old_vars[a] for a in before)
 
         def read(n):
+            if isinstance(n, BufferStore | AtomicAdd) and n.buffer.name in self.rewritten:
+                new_buf = part.buffers[n.buffer.name]
+                return n.replace(buffer=new_buf, indices=tuple(new_vars[a] for a in new_buf.axes))
             if not (isinstance(n, BufferLoad) and n.buffer.name in self.rewritten):
                 return n
             new_buf = part.buffers[n.buffer.name]
@@ -251,7 +265,12 @@ class _Decomposition:
         body = substitute(post_order_rewrite(s.body, read), mapping)
         guard = self.in_shape(before, coords, {v: a for a, v in new_vars.items()})
         body = IfThenElse(guard, body) if guard is not None else body
-        return SparseIteration(f"{s.name}_{rule.name}", tuple(axes), "".join(kinds), tuple(ivars), body, attrs=s.attrs)
+        init = None
+        if keep_init and s.init is not None:  # a rewritten output: each part initialises its own
+            init = substitute(post_order_rewrite(s.init, read), mapping)
+        return SparseIteration(
+            f"{s.name}_{rule.name}", tuple(axes), "".join(kinds), tuple(ivars), body, init, attrs=s.attrs
+        )
 
     @staticmethod
     def iter_name(a: Axis) -> str:
