@@ -51,6 +51,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, help="seconds of timed calls per measurement, at least 3 calls (default 1)")
     p.add_argument("--rounds", type=int, default=1, help="sweeps over all groups; keeps each one's fastest median")
     p.add_argument("--schedule", metavar="NAME", help="a shipped schedule of ours by name (default: the default one)")
+    p.add_argument(
+        "--format",
+        default="csr",
+        metavar="NAME",
+        help="the format ours decomposes A into: csr (default), bsr, ell, hyb, padding, or a rule file's path",
+    )
+    p.add_argument(
+        "--format-param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a parameter of --format, e.g. block_size=4 or buckets=[1,2,4,8] (repeatable)",
+    )
     p.add_argument("--threads", type=int, default=2, help="threads for every library (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dense operands")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
@@ -97,6 +110,8 @@ def configs(args: argparse.Namespace) -> list[Config]:
             budget=budget,
             rounds=max(1, args.rounds),
             schedule=args.schedule,
+            format=args.format,
+            format_params=_format_params(args.format_param),
             threads=args.threads,
             seed=args.seed,
             out=args.out,
@@ -107,6 +122,22 @@ def configs(args: argparse.Namespace) -> list[Config]:
         )
         for op in ops
     ]
+
+
+def _format_params(items: list[str]) -> dict:
+    """`["block_size=4", "buckets=[1,2,4]"]` -> `{"block_size": 4, "buckets": [1, 2, 4]}`."""
+    import ast
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"--format-param expects K=V, got {item!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
 
 
 def _auto_targets() -> tuple[str, ...]:

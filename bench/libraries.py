@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class Prepared:
     extract: Callable[[object], np.ndarray]
     sync: Callable[[], None] | None = None  # ends an asynchronous call (device synchronisation)
     note: str = ""
+    convert_s: float | None = None  # seconds to convert A to the format (ours, format != csr)
 
 
 class StructureMismatch(ValueError):
@@ -100,19 +102,32 @@ class Ours(Library):
 
         return getattr(sparsetir_py, "__version__", "") or _git_revision()
 
-    def prepare(self, op, A, operands, schedule=None):
+    def prepare(self, op, A, operands, schedule=None, format="csr", format_params=None):
         import sparsetir_py as sp
 
+        params = dict(format_params or {})
+        fmt, convert_s = format, None
+        if format != "csr":
+            import format_rules
+
+            module = format_rules.SHIPPED.get(format) or format_rules.load(format)
+            fmt = module
+            # The conversion alone, timed once (sp.ops caches it per structure afterwards).
+            t0 = time.perf_counter()
+            module.convert(A, **{k: v for k, v in params.items()})
+            convert_s = time.perf_counter() - t0
         if op == "spmm":
             B = operands["B"]
-            return Prepared(lambda: sp.ops.spmm(A, B, target="cpu", schedule=schedule), np.asarray)
+            call = lambda: sp.ops.spmm(A, B, format=fmt, target="cpu", schedule=schedule, **params)  # noqa: E731
+            return Prepared(call, np.asarray, convert_s=convert_s)
         X, Y = operands["X"], operands["Y"]
 
         def extract(S):
             same_structure(A, S.indptr, S.indices, "sp.ops.sddmm")
             return S.data
 
-        return Prepared(lambda: sp.ops.sddmm(A, X, Y, target="cpu", schedule=schedule), extract)
+        call = lambda: sp.ops.sddmm(A, X, Y, format=fmt, target="cpu", schedule=schedule, **params)  # noqa: E731
+        return Prepared(call, extract, convert_s=convert_s)
 
 
 class OursCUDA(Library):

@@ -145,6 +145,9 @@ def markdown(report: dict) -> str:
         note = LIBRARIES[name].notes.get(op, "")
         if LIBRARIES[name].ours:
             note += f"; schedule: {config.get('schedule') or 'default'}"
+            fmt = config.get("format") or "csr"
+            params = ", ".join(f"{k}={v}" for k, v in (config.get("format_params") or {}).items())
+            note += f"; format: {fmt}" + (f" ({params})" if params else "")
         if len(lib.get("versions", [])) > 1:
             note += f" — **Warning: the version changed during the run** ({', '.join(lib['versions'])})"
         lines.append(f"- `{name}`: {lib.get('version', '')} — {note}")
@@ -157,7 +160,18 @@ def markdown(report: dict) -> str:
             continue
         baselines = [b for b in BASELINES[target] if b in report["libraries"]]
         lines += ["", f"## {target.upper()}", ""]
-        header = ["graph", "nnz", "width", f"{ours} ms", "GB/s", "%STREAM", *(f"{b} ms (ratio)" for b in baselines)]
+        converts = any("convert_s" in r for r in report["results"] if r.get("library") == ours)
+        extra = ["convert ms"] if converts else []
+        header = [
+            "graph",
+            "nnz",
+            "width",
+            f"{ours} ms",
+            *extra,
+            "GB/s",
+            "%STREAM",
+            *(f"{b} ms (ratio)" for b in baselines),
+        ]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
         for graph in config["graphs"]:
@@ -171,6 +185,7 @@ def markdown(report: dict) -> str:
                     str(mine.get("nnz", "")),
                     str(width),
                     _cell_ms(mine),
+                    *([f"{1e3 * mine['convert_s']:.1f}" if "convert_s" in mine else "-"] if converts else []),
                     f"{mine['GBps']:.3g}" if ok else "-",
                     f"{100 * mine['frac_stream']:.0f}%" if ok else "-",
                 ]

@@ -44,6 +44,8 @@ class Config:
     budget: float = 1.0  # seconds of timed calls per measurement, after the warm-up
     rounds: int = 1  # sweeps over every group; the fastest round's median is kept
     schedule: str | None = None  # a shipped schedule of ours, by name (schedules.<op>.SCHEDULES)
+    format: str = "csr"  # the format ours decomposes A into (sp.ops format=), or a rule file's path
+    format_params: dict = field(default_factory=dict)
     threads: int = 2
     seed: int = 0
     rtol: float = RTOL
@@ -232,6 +234,8 @@ def _group(config: Config, name: str, spec: dict, record: dict) -> Iterator[dict
         "seed": config.seed,
         "rtol": config.rtol,
         "schedule": config.schedule,
+        "format": config.format,
+        "format_params": dict(config.format_params),
     }
     env = worker_env(config.threads, lib.env(), config.keep_openblas_env, config.omp_wait_policy)
     seen = set()

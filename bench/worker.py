@@ -102,7 +102,11 @@ def run_group(job: dict, emit: Emit) -> None:
             else:
                 operands = {"X": dense_operand(m, width, seed, 1), "Y": dense_operand(n, width, seed, 2)}
                 ref = sddmm_reference(A, operands["X"], operands["Y"])
-            prepared = lib.prepare(op, A, operands, schedule=job.get("schedule") if lib.ours else None)
+            ours = {"schedule": job.get("schedule"), "format": job.get("format", "csr"),
+                    "format_params": job.get("format_params") or {}} if lib.ours else {}  # fmt: skip
+            prepared = lib.prepare(op, A, operands, **ours)
+            if prepared.convert_s is not None:
+                result["convert_s"] = prepared.convert_s
             t0 = time.perf_counter()
             raw = prepared.fn()  # the first call compiles (ours) or initialises (baselines)
             if prepared.sync:
