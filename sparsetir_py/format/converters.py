@@ -185,18 +185,27 @@ def renamed(arrays: dict[str, object], rule_name: str) -> dict[str, object]:
 
 def convert(A, rules) -> dict[str, object]:
     """The arguments of every new parameter of `rules` for the scipy matrix `A`, keyed by the
-    renamed names (`a_<rule>`, `indptr_<rule>`, ...), from the converter each rule carries."""
+    renamed names (`a_<rule>`, `indptr_<rule>`, ...): from the converter each rule's file
+    attached, else inferred from the rule's index maps (`format.infer`; one such rule at most,
+    since nothing says how several would share the nonzeros)."""
+    from .infer import infer
+
+    rules = list(rules)
+    bare = [r for r in rules if getattr(r, "converter", None) is None]
+    if len(bare) > 1 or (bare and len(rules) > 1):
+        raise FormatError(
+            f"rules {', '.join(f'`{r.name}`' for r in bare)} have no converter, and with several rules there is "
+            "no telling which nonzero goes to which part (the rules must partition them); write a "
+            "`convert(A, **params)` in the rule file"
+        )
     out: dict[str, object] = {}
     done: set[int] = set()
     for rule in rules:
-        converter = getattr(rule, "converter", None)
-        if converter is None:
-            raise FormatError(
-                f"rule `{rule.name}` has no converter: its rule file defines no `convert`, and inferring a "
-                "structure from the index maps is not available yet; write a `convert(A, **params)`"
-            )
-        if id(converter) in done:
+        if rule.converter is None:
+            out.update(infer(A, rule))
             continue
-        done.add(id(converter))
-        out.update(converter(A))
+        if id(rule.converter) in done:
+            continue
+        done.add(id(rule.converter))
+        out.update(rule.converter(A))
     return out

@@ -101,8 +101,9 @@ USER_RULE = textwrap.dedent(
 
 
 def test_a_users_rule_file(tmp_path):
-    """Loaded from a folder of its own, decomposed; with no `convert`, the copy iteration of the
-    decomposition builds the new values, and `sp.format.convert` says it cannot infer the rest."""
+    """Loaded from a folder of its own, with no `convert`: `sp.format.convert` infers the new
+    format's arrays from the index maps, the copy iteration of the decomposition agrees with
+    them, and the decomposed SpMM equals scipy."""
     path = tmp_path / "my_format.py"
     path.write_text(USER_RULE)
     module = format_rules.load(path)
@@ -111,13 +112,42 @@ def test_a_users_rule_file(tmp_path):
     rules = module.rules(m)
     R = A[::-1].tocsr()
     R.sort_indices()
-    args = {"a_rev": np.full(R.nnz, np.nan, np.float32), "indptr_rev": R.indptr, "indices_rev": R.indices,
-            "m_rev": m, "n_rev": A.shape[1], "nnz_rev": R.nnz}  # fmt: skip
+    inferred = sp.format.convert(A, rules)
+    np.testing.assert_array_equal(inferred["indptr_rev"], R.indptr)
+    np.testing.assert_array_equal(inferred["indices_rev"], R.indices)
+    np.testing.assert_array_equal(inferred["a_rev"], R.data)
+    assert (inferred["m_rev"], inferred["n_rev"], inferred["nnz_rev"]) == (m, A.shape[1], R.nnz)
     mod = sp.decompose_format(spmm_script(), rules)
-    run_spmm(mod, A, args, "float32", target="interpret")
-    np.testing.assert_array_equal(args["a_rev"], R.data)
-    with pytest.raises(sp.FormatError, match="no converter"):
-        sp.format.convert(A, rules)
+    filled = {**inferred, "a_rev": np.full(R.nnz, np.nan, np.float32)}
+    run_spmm(mod, A, filled, "float32", target="interpret")
+    np.testing.assert_array_equal(filled["a_rev"], R.data)
+    run_spmm(sp.remove_preprocess(mod), A, inferred, "float32")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(A=csr_matrices(max_rows=20, max_cols=20, value_dtypes=("float32",), index_dtypes=("int32",)),
+       b=st.integers(1, 4))  # fmt: skip
+def test_inferred_bsr_equals_the_converter(A, b):
+    (rule,) = format_rules.bsr.rules(b)
+    converted = rule.converter(A)
+    rule.converter = None
+    inferred = sp.format.convert(A, [rule])
+    assert set(inferred) == set(converted)
+    for k, v in converted.items():
+        np.testing.assert_array_equal(np.asarray(inferred[k]).reshape(-1), np.asarray(v).reshape(-1), err_msg=k)
+
+
+def test_inference_errors():
+    A = load_matrix("karate")
+    bare = format_rules.hyb.rules(A, 1, [2, 4])
+    for r in bare:
+        r.converter = None
+    with pytest.raises(sp.FormatError, match="no telling which nonzero goes to which part"):
+        sp.format.convert(A, bare)
+    (ell,) = format_rules.hyb.rules(A, 1, [64])
+    ell.converter = None
+    with pytest.raises(sp.FormatError, match="write a `convert"):
+        sp.format.convert(A, [ell])
 
 
 def test_load_errors(tmp_path):

@@ -1,0 +1,172 @@
+"""Inferring a new format's arrays from its rule: the step SparseTIR leaves to its users.
+
+For a rule with no converter, every stored nonzero `(i, j)` of the matrix is mapped through
+`idx_map` to its coordinates in the new format, and the levels of the rewritten buffer are built
+from the top down (vectorised numpy):
+
+- dense (fixed) level: every coordinate in `[0, length)` is stored; a root's length is the number
+  of values its index expression takes over the original shape (`i // 2` over `m` rows:
+  `ceil(m / 2)`; `i % 2`: 2), a nested one's is the rule's (a constant, or the same count);
+- sparse variable level: the distinct coordinates under each parent position, sorted
+  (`indptr`, `indices`, `nnz`);
+- dense variable level: under each parent position, coordinates `0 .. largest + 1`;
+- sparse fixed level: the same number of distinct coordinates under every parent position
+  (else there is no way to pad without knowing the format: a `FormatError` asks for a `convert`).
+
+Cells of the new structure that no nonzero maps to hold 0 (padding). Every axis size that is a
+parameter of the format is solved from the arrays; one that is an expression must agree with
+them. Inference works on one rule of a 2-D matrix: with several rules there is no telling which
+nonzero goes to which part, so a `convert` is needed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse
+
+from ..errors import FormatError
+from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, SPARSE_VARIABLE
+from ..ir.eval import eval_int
+from ..ir.expr import Var
+
+
+def infer(A, rule, dtype=None) -> dict[str, object]:
+    """The arguments of `rule`'s new parameters for the scipy matrix `A`, keyed by renamed name."""
+    if rule.idx_map.fn is None:
+        raise FormatError(f"rule `{rule.name}`: inferring its structure needs idx_map as a Python callable")
+    if len(rule.axes_before_rewrite) != 2 or len(rule.buffers_to_rewrite) != 1:
+        raise FormatError(f"rule `{rule.name}`: inference handles one buffer over two axes; write a `convert`")
+    csr = A.tocsr() if scipy.sparse.issparse(A) else None
+    if csr is None:
+        raise FormatError(f"expected a scipy sparse matrix, got {type(A).__name__}")
+    csr = csr.copy()
+    csr.sum_duplicates()
+    m, n = csr.shape
+    rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(csr.indptr))
+    cols = csr.indices.astype(np.int64)
+    mapped = _evaluate(rule, rows, cols)  # one array per new axis, in axes_after_rewrite order
+    buf = rule.new_buffer(rule.buffers_to_rewrite[0])
+    by_name = dict(zip(rule.axes_after_rewrite, mapped))
+    ranges = _ranges(rule, m, n)
+    scalars: dict[Var, int] = {}
+    arrays: dict[Var, np.ndarray] = {}
+    idtype = np.dtype(buf.axes[0].idtype)
+    pos = np.zeros(len(rows), np.int64)  # each nonzero's position in the level built so far
+    n_pos = 1  # positions of that level
+    for level, axis in enumerate(buf.axes):
+        coord = by_name.get(axis.name)
+        if coord is None:
+            raise FormatError(f"rule `{rule.name}`: axis `{axis.name}` of `{buf.name}` is not in axes_after_rewrite")
+        if axis.kind == DENSE_FIXED:
+            length = ranges[axis.name] if level == 0 else _size(axis.length, scalars, ranges[axis.name])
+            _solve(rule, axis.length, length, scalars)
+            pos, n_pos = pos * length + coord, n_pos * length
+        elif axis.kind in (SPARSE_VARIABLE, DENSE_VARIABLE):
+            key_pos, key = pos, coord
+            if axis.kind == SPARSE_VARIABLE:
+                keys = np.unique(key_pos * (int(coord.max(initial=0)) + 1) + key)
+                parent = keys // (int(coord.max(initial=0)) + 1)
+                indices = keys % (int(coord.max(initial=0)) + 1)
+            else:  # every coordinate up to the row's largest
+                largest = np.full(n_pos, -1, np.int64)
+                np.maximum.at(largest, key_pos, key)
+                parent = np.repeat(np.arange(n_pos), largest + 1)
+                indices = np.arange(len(parent)) - np.repeat(np.cumsum(largest + 1) - (largest + 1), largest + 1)
+            indptr = np.zeros(n_pos + 1, np.int64)
+            np.cumsum(np.bincount(parent, minlength=n_pos), out=indptr[1:])
+            new_pos = indptr[key_pos] + _within(parent, indices, indptr, key_pos, key)
+            _solve(rule, axis.length, ranges[axis.name], scalars)
+            _solve(rule, axis.nnz, len(indices), scalars)
+            arrays[axis.indptr] = indptr.astype(idtype)
+            if axis.indices is not None:
+                arrays[axis.indices] = indices.astype(idtype)
+            pos, n_pos = new_pos, len(indices)
+        elif axis.kind == SPARSE_FIXED:
+            width = int(coord.max(initial=0)) + 1
+            keys = np.unique(pos * width + coord)
+            counts = np.bincount(keys // width, minlength=n_pos)
+            if len(set(counts.tolist())) > 1:
+                raise FormatError(
+                    f"rule `{rule.name}`: sparse_fixed axis `{axis.name}` needs the same number of coordinates under "
+                    f"every parent, but the matrix gives {counts.min()} to {counts.max()}; where padding goes depends "
+                    "on the format: write a `convert(A, **params)`"
+                )
+            cols_per = int(counts[0]) if len(counts) else 0
+            _solve(rule, axis.nnz_cols, cols_per, scalars)
+            _solve(rule, axis.length, ranges[axis.name], scalars)
+            arrays[axis.indices] = (keys % width).astype(idtype)
+            pos = np.searchsorted(keys, pos * width + coord)
+            n_pos = len(keys)
+        else:  # pragma: no cover - the verifier knows every kind
+            raise FormatError(f"rule `{rule.name}`: cannot infer an axis of kind {axis.kind}")
+    values = np.zeros(n_pos, dtype or csr.dtype)
+    values[pos] = csr.data
+    arrays[buf.data] = values
+    out: dict[str, object] = {}
+    for p in rule.new_format_desc.params:
+        if p in arrays:
+            out[f"{p.name}_{rule.name}"] = arrays[p]
+        elif p in scalars:
+            out[f"{p.name}_{rule.name}"] = scalars[p]
+        else:
+            raise FormatError(
+                f"rule `{rule.name}`: cannot infer parameter `{p.name}` from the matrix; write a `convert`"
+            )
+    return out
+
+
+def _evaluate(rule, rows: np.ndarray, cols: np.ndarray) -> list[np.ndarray]:
+    out = rule.idx_map.fn(rows, cols)
+    out = out if isinstance(out, list | tuple) else (out,)
+    return [np.broadcast_to(np.asarray(c, dtype=np.int64), rows.shape).copy() for c in out]
+
+
+def _ranges(rule, m: int, n: int) -> dict[str, int]:
+    """The number of values each new coordinate takes over the original shape: its expression
+    evaluated over every row (column) it depends on, the other coordinate 0 (index maps of
+    formats are separable); 0 where it depends on an empty range."""
+    extents = (m, n)
+    out = {}
+    for name, expr, k in zip(rule.axes_after_rewrite, rule.idx_map.results, range(len(rule.axes_after_rewrite))):
+        used = sorted(expr.dims_used()) or [0]
+        if any(extents[d] == 0 for d in used):
+            out[name] = 0
+            continue
+        largest = 0
+        for d in used:
+            points = np.arange(extents[d], dtype=np.int64)
+            others = np.zeros_like(points)
+            args = (points, others) if d == 0 else (others, points)
+            largest = max(largest, int(_evaluate(rule, *args)[k].max(initial=0)))
+        out[name] = largest + 1
+    return out
+
+
+def _within(parent, indices, indptr, key_pos, key) -> np.ndarray:
+    """The rank of each `(key_pos, key)` among the sorted coordinates under its parent."""
+    width = int(max(indices.max(initial=0), key.max(initial=0))) + 1
+    flat = parent * width + indices
+    return np.searchsorted(flat, key_pos * width + key) - indptr[key_pos]
+
+
+def _size(expr, scalars: dict, default: int) -> int:
+    try:
+        return eval_int(expr, scalars, "a size")
+    except Exception:  # a parameter not solved yet: the count over the original shape
+        return default
+
+
+def _solve(rule, expr, value: int, scalars: dict) -> None:
+    """Set a size parameter to `value`, or check a size expression against it."""
+    if expr is None:
+        return
+    if isinstance(expr, Var):
+        if scalars.setdefault(expr, value) != value:
+            raise FormatError(f"rule `{rule.name}`: `{expr.name}` would be both {scalars[expr]} and {value}")
+        return
+    try:
+        known = eval_int(expr, scalars, "a size")
+    except Exception:
+        return  # an expression of parameters solved later; the kernel's argument check has the last word
+    if known < value:
+        raise FormatError(f"rule `{rule.name}`: a size of the format is {known}, but the matrix needs {value}")
