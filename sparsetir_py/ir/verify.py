@@ -56,13 +56,20 @@ Rules, in the order they are checked:
   iterator; iterators are integer variables; iteration names are unique.
 - `ReductionWriteError`: no store (`BufferStore`, `AtomicAdd`) in a sparse iteration's body or
   init, or directly in a block that has an init, is indexed by a reduction iterator of it.
-- `UnstoredWriteError` (Stage I): every store into a sparse buffer lands on a coordinate its
-  structure stores: each sparse or variable axis of the buffer is indexed by the iterator of that
-  very axis, and the position before it (its parent) by the iterator that gives that iterator
-  its row. An iterator of another axis, an index expression (SparseTIR's `csr2bsr` scatters
-  through `i // blk`) or another row may name an unstored coordinate, where a write has nowhere to
-  go; iterate the written buffer's own axes and read the source there instead (a read of an
-  unstored coordinate gives the default value, the padding of a format copy).
+- `UnstoredWriteError` (Stage I): every store or atomic add into a sparse buffer lands on a
+  coordinate its structure stores. Dense-fixed axes (roots) take any index; each sparse or variable
+  axis `X` of the buffer must be indexed by the iterator of an iteration axis that walks `X`'s
+  storage, and the index just before it (`X`'s parent) by the iterator that gives that iterator
+  its row. An iteration axis walks `X`'s storage when it is `X` itself, a member of a `T.fuse`
+  group that is `X`, or `T.attach(X, P)` (its row is then `P`'s iterator), or when it is an axis of
+  `X`'s kind over the same `indptr`/`indices` (and `nnz_cols`) under a parent of the same storage
+  (dense-fixed roots agree), both declared sorted when sparse, since kernels find its coordinate in
+  `X` by a binary search. An iterator of another axis (a dense one, say), an index expression
+  (SparseTIR's `csr2bsr` scatters through `i // blk`) or another row may name an unstored
+  coordinate, where a write has nowhere to go: the message names the buffer, the index, the axis
+  and the fix, to iterate the written buffer's own axes and read the source there (a read of an
+  unstored coordinate gives the default value, the padding of a format copy). Reads are not
+  restricted.
 - `LoopExtentError`: constant extents (loops, block iterators, axis lengths, nnz, nnz_cols,
   buffer shapes, regions) are non-negative; a loop's kind is in `LOOP_KINDS`.
   - `ThreadBindingError`: a thread_binding loop has a tag from `THREAD_TAGS` and starts at 0,
@@ -124,6 +131,7 @@ from .expr import (
 from .func import IRModule, PrimFunc
 from .node import Node
 from .op import INTRINSICS
+from .printer import ScriptPrinter
 from .stmt import (
     LOOP_KINDS,
     THREAD_TAGS,
@@ -164,6 +172,7 @@ __all__ = [
     "UndeclaredAxisError",
     "UndeclaredBufferError",
     "UndefinedVariableError",
+    "UnstoredWriteError",
     "check_buffer_axes",
     "check_iteration_axes",
     "verify",
@@ -1006,34 +1015,39 @@ class _FuncVerifier:
                 )
 
     def check_stored_write(self, s: BufferStore | AtomicAdd) -> None:
-        """Every sparse or variable axis of the written buffer is indexed by the iterator of that
-        very axis, and its parent's position by the iterator that gives that iterator its row:
-        then the coordinate is one the structure stores. Anything else (an iterator of another
+        """Every sparse or variable axis of the written buffer is indexed by an iterator that walks
+        that axis's storage (the axis itself, or one declared over the same structure arrays, see
+        `_same_storage`), and its parent's position by the iterator that gives that iterator its
+        row: then the coordinate is one the structure stores. Anything else (an iterator of another
         axis, an expression, a row from elsewhere) may name a coordinate with no storage."""
         buf = s.buffer
+        what = "a write to" if isinstance(s, BufferStore) else "an atomic add to"
+        access = f"{buf.name}[{', '.join(_script(x) for x in s.indices)}]"
         for pos, axis in enumerate(buf.axes):
             if axis.kind == DENSE_FIXED:
-                continue
+                continue  # a root: every coordinate in range is stored
             index = s.indices[pos]
             walked, row = self.iter_rows.get(index, (None, None)) if isinstance(index, Var) else (None, None)
             fix = (
-                f"write it from an iteration over `{buf.name}`'s own axes (iterate `{axis.name}` under "
-                f"`{axis.parent.name}`), or declare `{buf.name}` over the axes the iteration walks"
+                f"iterate `{axis.name}` itself (under `{axis.parent.name}`) and read the source there, or declare "
+                f"`{buf.name}` over the axes the iteration walks"
             )
-            if walked is not axis:
-                got = f"iterates axis `{walked.name}`" if walked is not None else "is not an iterator of an axis"
+            if walked is None or not _same_storage(walked, axis):
+                shown = _script(index)
                 self.fail(
                     UnstoredWriteError,
-                    f"a write to `{buf.name}` at index {pos} uses {_show(index)}, which {got}, not `{buf.name}`'s "
-                    f"axis `{axis.name}`: it may name a coordinate `{axis.name}` does not store; {fix}",
+                    f"{what} `{buf.name}` at index {pos} uses `{shown}`: expected an iterator of `{buf.name}`'s "
+                    f"{axis.kind} axis `{axis.name}`, but `{shown}` {_walks(index, walked, axis)}, so `{access}` may "
+                    f"name a coordinate `{axis.name}` does not store, where a write has nowhere to go; {fix}",
                 )
             parent_index = s.indices[pos - 1]
             if parent_index is not row:
+                shown = _script(parent_index)
                 self.fail(
                     UnstoredWriteError,
-                    f"a write to `{buf.name}` uses {_show(index)} (positions of `{axis.name}` in the row of "
-                    f"{_show(row)}) with {_show(parent_index)} as its row at index {pos - 1}: that row may not store "
-                    f"the coordinate; {fix}",
+                    f"{what} `{buf.name}` at index {pos - 1} uses `{shown}`: expected `{row.name}`, the row in which "
+                    f"`{index.name}` walks `{axis.name}`, but got `{shown}`; another row may not store that "
+                    f"coordinate, so `{access}` may have nowhere to go; {fix}",
                 )
 
     def let_stmt(self, s: LetStmt) -> None:
@@ -1236,6 +1250,47 @@ def _axes_of(ia: IterAxis) -> list[Axis]:
     if isinstance(ia, AttachedAxis):
         return [ia.axis, ia.parent]
     return [ia]
+
+
+def _same_storage(walked: Axis, axis: Axis) -> bool:
+    """Whether an iterator of `walked` names, under the same parent positions, only coordinates
+    that `axis` stores: `axis` itself, or an axis of the same kind declared over the same structure
+    arrays (and `nnz_cols`) under a parent of the same storage. Dense-fixed roots agree, since
+    their positions are their coordinates. Kernels find a coordinate of another sparse axis by a
+    binary search over its row, so both must be declared sorted."""
+    if walked is axis:
+        return True
+    if walked.kind != axis.kind:
+        return False
+    if axis.kind == DENSE_FIXED:
+        return True
+    if not _same_arrays(walked, axis):
+        return False
+    if axis.kind != DENSE_VARIABLE and not (walked.sorted and axis.sorted):
+        return False
+    return _same_storage(walked.parent, axis.parent)
+
+
+def _same_arrays(a: Axis, b: Axis) -> bool:
+    return a.indptr is b.indptr and a.indices is b.indices and a.nnz_cols == b.nnz_cols
+
+
+def _walks(index: PrimExpr, walked: Axis | None, axis: Axis) -> str:
+    """What the index of a rejected write is, for the message."""
+    if walked is None:
+        return "is not an iterator of a sparse iteration" if isinstance(index, Var) else "is an expression"
+    unsorted = not (walked.sorted and axis.sorted)
+    if unsorted and walked.kind == axis.kind and walked.kind != DENSE_VARIABLE and _same_arrays(walked, axis):
+        return (
+            f"iterates axis `{walked.name}`, declared over the same structure arrays but not sorted (a kernel "
+            f"finds a coordinate of `{axis.name}` by a binary search over its sorted row)"
+        )
+    return f"iterates axis `{walked.name}`"
+
+
+def _script(e: PrimExpr) -> str:
+    """An index as the script writes it (`(i + 1) % m`), for messages."""
+    return ScriptPrinter().expr(e)
 
 
 def _show(value: object) -> str:
