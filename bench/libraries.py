@@ -142,7 +142,9 @@ class OursCUDA(Library):
     def version(self) -> str:
         return _git_revision()
 
-    def prepare(self, op, A, operands, schedule=None):
+    def prepare(self, op, A, operands, schedule=None, format="csr", format_params=None):
+        if format != "csr":
+            raise ValueError("the CUDA measurement runs format csr only (decomposed formats: the CPU library)")
         from numba import cuda
 
         import sparsetir_py as sp
