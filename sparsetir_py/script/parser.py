@@ -171,9 +171,12 @@ class Parser:
             return None
         name = ".".join(reversed(parts))
         if name not in known_t_names():
+            alias = node.id  # `T`, or whatever name the user imported the namespace as
             close = difflib.get_close_matches(name, sorted(known_t_names()), n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(f'`T.{c}`' for c in close)}?" if close else ""
-            raise self.fail(attribute, f"unknown construct `T.{name}`: the script namespace has no `{name}`{hint}")
+            hint = f"; did you mean {' or '.join(f'`{alias}.{c}`' for c in close)}?" if close else ""
+            raise self.fail(
+                attribute, f"unknown construct `{alias}.{name}`: the script namespace has no `{name}`{hint}"
+            )
         return name
 
     def call_name(self, node: ast.AST) -> str | None:
@@ -290,7 +293,18 @@ class Parser:
         except Exception as e:  # an internal failure still points at the user's source
             raise self.fail(self.node, f"internal error while parsing: {type(e).__name__}: {e}") from e
 
+    def check_t_names(self, fdef: ast.FunctionDef) -> None:
+        """Every `T.<name>` of the function (decorators, annotations, arguments and expressions
+        included) is one the namespace has, checked in source order before anything else: a
+        misspelt name fails at its own line and column, not as an unknown variable where the
+        misspelt declaration's name is used, nor as "expected a constant" where it is passed."""
+        inner = {id(n.value) for n in ast.walk(fdef) if isinstance(n, ast.Attribute)}
+        chains = [n for n in ast.walk(fdef) if isinstance(n, ast.Attribute) and id(n) not in inner]
+        for node in sorted(chains, key=lambda n: (n.lineno, n.col_offset)):
+            self.t_name(node)
+
     def _parse_function(self, fdef: ast.FunctionDef) -> ir.PrimFunc:
+        self.check_t_names(fdef)
         a = fdef.args
         if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
             raise self.fail(fdef, "parameters must be plain `name: T.dtype` arguments")

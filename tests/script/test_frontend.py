@@ -484,3 +484,73 @@ def test_intrinsic_registered_after_import_still_parses():
         '    with T.sp_iter([I, J], "SS", "e") as [i, j]:\n        A[i, j] = T.late_square_t(A[i, j])\n'
     )
     assert "late_square_t" in sp.from_script(text).script()
+
+
+LOWERED_CSRMM = sp.lower_sparse_iter(csrmm)["main"].script()
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "good"),
+    [
+        (HEADER.replace("@T.prim_func", "@T.prim_fnuc"), "T.prim_fnuc", "T.prim_func"),  # a decorator
+        (HEADER.replace('(I,), "float32"', "(I,), T.flaot32"), "T.flaot32", "T.float32"),  # where a constant goes
+        (HEADER.replace('(I,), "float32"', "(I,), dtype=T.flaot32"), "T.flaot32", "T.float32"),  # a keyword
+        (HEADER + '    with T.sp_itr([I], "S", "s") as [i]:\n        B[i] = 0.0\n', "T.sp_itr", "T.sp_iter"),
+        (HEADER + '    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = T.flaot32\n', "T.flaot32", "T.float32"),
+        (HEADER + '    with T.sp_iter([I], "S", "s") as [i]:\n        T.evalute(B[i])\n', "T.evalute", "T.evaluate"),
+        (LOWERED_CSRMM.replace("T.axis.spatial", "T.axis.spatail", 1), "T.axis.spatail", "T.axis.spatial"),
+        (LOWERED_CSRMM.replace("T.serial", "T.serail", 1), "T.serail", "T.serial"),
+        (LOWERED_CSRMM.replace("T.reads", "T.raeds", 1), "T.raeds", "T.reads"),
+    ],
+)
+def test_misspelt_names_fail_at_their_own_column(text, bad, good):
+    """Wherever a misspelt `T.<name>` stands (decorator, argument, statement, expression, a
+    `T.axis.*` chain), the error points at it with a caret and suggests the right name."""
+    err = parse_error(text)
+    head, source, caret = str(err).splitlines()[:3]
+    assert f"unknown construct `{bad}`" in head and f"did you mean `{good}`" in head
+    line, col = (int(x) for x in head.split(":")[1:3])
+    assert text.splitlines()[line - 1].strip() == source.strip()
+    assert text.splitlines()[line - 1][col - 1 :].startswith(bad)
+    assert caret.index("^") - 4 == col - 1 and caret.count("^") == len(bad)
+
+
+def test_misspelt_name_is_reported_before_later_errors():
+    """Names are checked first, in source order: the misspelling, not the later unknown `J` that
+    the skipped declaration would cause, nor the unsupported `while` below it."""
+    text = MISSPELT + "    while True:\n        pass\n"
+    with pytest.raises(sp.FrontendError, match=r"^<script>:5:9: error: unknown construct `T.sparse_varaible`"):
+        sp.from_script(text)
+
+
+def test_misspelt_name_in_a_decorated_function_reports_the_file_line_and_column():
+    with pytest.raises(sp.FrontendError) as info:
+
+        @T.prim_func
+        def bad(a: T.handle, m: T.int32):
+            I = T.dense_fixed(m)
+            A = T.match_sparse_buffer(a, (I,), "float32")
+            with T.sp_iter([I], "S", "bad") as [i]:
+                A[i] = T.sqrtt(A[i])
+
+    err = info.value
+    assert err.filename == __file__
+    src, start = inspect.getsourcelines(test_misspelt_name_in_a_decorated_function_reports_the_file_line_and_column)
+    offending = next(k for k, line in enumerate(src) if "T.sqrtt(" in line)
+    assert err.line == start + offending
+    assert err.col == src[offending].index("T.sqrtt")
+    assert "did you mean `T.sqrt`" in str(err)
+
+
+def test_misspelt_name_under_another_alias_of_the_namespace():
+    """The namespace imported under another name is checked the same, and named as imported."""
+    import sparsetir_py.script as S
+
+    with pytest.raises(sp.FrontendError, match=r"unknown construct `S.dense_fxed`.*did you mean `S.dense_fixed`"):
+
+        @S.prim_func
+        def bad(a: S.handle, m: S.int32):
+            I = S.dense_fxed(m)
+            A = S.match_sparse_buffer(a, (I,), "float32")
+            with S.sp_iter([I], "S", "bad") as [i]:
+                A[i] = 0.0
