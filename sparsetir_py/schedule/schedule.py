@@ -15,7 +15,7 @@ from . import loops as L
 from . import reduction as RD
 from .handles import BlockRV, LoopRV
 from .sparse import SparseIterationPrimitives
-from .state import find_block, get_child_blocks, loops_of
+from .state import find_block, get_child_blocks, loops_of, missing
 from .tensorize import TensorizePrimitives
 
 
@@ -103,7 +103,8 @@ def _block(h: BlockRV, primitive: str) -> str:
 
 
 class Schedule(SparseIterationPrimitives, TensorizePrimitives):
-    """Applies primitives to one function of a module (`func_name`, "main" by default).
+    """Applies primitives to one function of a module: `func_name`, by default "main" (a lone
+    PrimFunc's name in its module) or else the module's first function.
 
     Each method calls a pure primitive, stores the new function with `_update` and appends the
     call to the trace with `_record(kind, inputs, attrs, outputs)` (inputs and outputs are
@@ -112,10 +113,17 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
     loop variables, so they stay valid across primitives that do not remove their object.
     """
 
-    def __init__(self, mod: PrimFunc | IRModule, func_name: str = "main"):
+    def __init__(self, mod: PrimFunc | IRModule, func_name: str | None = None):
         self.mod = IRModule.from_any(mod)
+        if not self.mod:
+            raise ScheduleError("in `Schedule`: expected a module with a function, but got an empty one")
+        if func_name is None:
+            # A lone PrimFunc is "main"; a module without one (a pass output, say) gives its first function.
+            func_name = "main" if "main" in self.mod else next(iter(self.mod))
+        if not isinstance(func_name, str):
+            raise ScheduleError(f"in `Schedule`: expected a function name (a str), but got {func_name!r}")
         if func_name not in self.mod:
-            func_name = next(iter(self.mod))
+            raise missing("Schedule", "function", func_name, "the module", list(self.mod))
         self.func_name = func_name
         self.trace = Trace()
 
@@ -135,6 +143,8 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     # ---------------------------------------------------------------- lookup
     def get_block(self, name: str) -> BlockRV:
+        if not isinstance(name, str):
+            raise ScheduleError(f"in `get_block`: expected a block name (a str), but got {name!r}")
         find_block(self.func, name, "get_block")
         rv = BlockRV(name)
         self._record("get_block", (), (name,), (rv,))

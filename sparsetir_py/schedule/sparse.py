@@ -298,6 +298,10 @@ class SparseIterationPrimitives:
 
     def get_sparse_iteration(self: Schedule, name: str) -> SparseIterationRV:
         """The handle of the sparse iteration called `name` (`T.sp_iter(..., name)`)."""
+        if not isinstance(name, str):
+            raise ScheduleError(
+                f"in `get_sparse_iteration`: expected a sparse iteration name (a str), but got {name!r}"
+            )
         find_sparse_iteration(self.func, name, "get_sparse_iteration")
         rv = SparseIterationRV(name)
         self._record("get_sparse_iteration", (), (name,), (rv,), unpack=False)

@@ -17,24 +17,63 @@ from ..ir.expr import BinOp, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
 from ..ir.node import Node
 from ..ir.printer import ScriptPrinter
-from ..ir.stmt import Allocate, Block, For, SeqStmt, Stmt, seq
+from ..ir.stmt import Allocate, Block, For, SeqStmt, SparseIteration, Stmt, seq
 from ..ir.visit import map_children, post_order_rewrite, walk
 
 EMPTY = SeqStmt(())
 
 
 # ---------------------------------------------------------------- finding
-def missing(primitive: str, what: str, name: str, func: PrimFunc, existing: list[str]) -> ScheduleError:
+LISTED = 20  # names a failed lookup lists before "and N more" (decomposed functions hold many blocks)
+
+
+def missing(primitive: str, what: str, name: str, owner: PrimFunc | str, existing: list[str]) -> ScheduleError:
     """ "no block named 'x'" with the names that do exist (in program order) and the closest one.
 
+    `owner` is the function searched, or a description of where (for functions: "the module").
     Loops are found by their variable, not their name (two loops may share one), so a loop handle
-    from another function reads "loop `i` is not in `f`", also when `f` has a loop called `i`."""
-    close = difflib.get_close_matches(name, [e for e in existing if e != name], n=1, cutoff=0.6)
-    hint = f"; did you mean `{close[0]}`?" if close else ""
-    listed = ", ".join(f"`{e}`" for e in existing) if existing else "none"
+    from another function reads "loop `i` is not in `f`", also when `f` has a loop called `i`,
+    and then says so. A block missing from a Stage I function says where blocks come from."""
+    names = list(dict.fromkeys(existing))  # program order, each name once
+    where = f"`{owner.name}`" if isinstance(owner, PrimFunc) else owner
+    close = _closest(name, names)
+    hint = f"; did you mean `{close}`?" if close else ""
+    listed = ", ".join(f"`{e}`" for e in names[:LISTED]) if names else "none"
+    if len(names) > LISTED:
+        listed += f" and {len(names) - LISTED} more"
     if what == "loop":
-        return ScheduleError(f"in `{primitive}`: loop `{name}` is not in `{func.name}` (its loops: {listed}){hint}")
-    return ScheduleError(f"in `{primitive}`: no {what} named {name!r} in `{func.name}` (it has {listed}){hint}")
+        if name in names:
+            hint = (
+                f"; the loop named `{name}` there is another one (the handle is from another function, or from "
+                "before a primitive replaced its loop)"
+            )
+        return ScheduleError(f"in `{primitive}`: loop `{name}` is not in {where} (its loops: {listed}){hint}")
+    if what == "block" and isinstance(owner, PrimFunc) and owner.stage == 1:
+        hint += _stage1_block_hint(owner, name)
+    return ScheduleError(f"in `{primitive}`: no {what} named {name!r} in {where} (it has {listed}){hint}")
+
+
+def _closest(name: str, names: list[str]) -> str | None:
+    """The most similar name (difflib's ratio, at least 0.6 as in `get_close_matches`), the first
+    in program order among equals: `csrmm` suggests the outer block `csrmm0`, not `csrmm1`."""
+    best, best_ratio = None, 0.0
+    for e in names:
+        if e == name:
+            continue
+        ratio = difflib.SequenceMatcher(None, name, e).ratio()
+        if ratio >= 0.6 and ratio > best_ratio:
+            best, best_ratio = e, ratio
+    return best
+
+
+def _stage1_block_hint(func: PrimFunc, name: str) -> str:
+    """Blocks are made by lowering: a Stage I function has sparse iterations instead."""
+    if any(isinstance(n, SparseIteration) and n.name == name for n in walk(func.body)):
+        return (
+            f"; `{name}` is a sparse iteration: get it with `get_sparse_iteration`, or lower the function with "
+            f"`sp.lower_sparse_iter`, which makes blocks `{name}0`, `{name}1`, ..."
+        )
+    return f"; `{func.name}` is a Stage I function: its blocks appear after `sp.lower_sparse_iter`"
 
 
 def block_names(func: PrimFunc) -> list[str]:

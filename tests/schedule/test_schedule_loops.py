@@ -89,6 +89,60 @@ def test_fail_unknown_block(csrmm2):
         sp.Schedule(csrmm2).get_block("nope")
 
 
+def test_get_block_fail_lists_the_blocks_and_the_closest(csrmm2):
+    """The brief's case: `csrmm` lowers to `csrmm0` and `csrmm1`, listed in program order."""
+    sch = sp.Schedule(csrmm2)
+    match = (
+        r"^in `get_block`: no block named 'csrmm' in `csrmm` \(it has `csrmm0`, `csrmm1`\); did you mean `csrmm0`\?$"
+    )
+    unchanged(sch, lambda: sch.get_block("csrmm"), match)
+    unchanged(sch, lambda: sch.get_block("zzz"), r"\(it has `csrmm0`, `csrmm1`\)$")  # nothing close: no suggestion
+
+
+def test_get_block_fail_stage1_function():
+    """A Stage I function has no blocks yet: the message says where they come from."""
+    sch = sp.Schedule(spmm_script())
+    match = r"no block named 'csrmm' in `csrmm` \(it has none\); `csrmm` is a sparse iteration: get it with "
+    unchanged(sch, lambda: sch.get_block("csrmm"), match + r"`get_sparse_iteration`, or lower .* `csrmm0`, `csrmm1`")
+    unchanged(sch, lambda: sch.get_block("csrmm0"), r"`csrmm` is a Stage I function: its blocks appear after")
+
+
+def test_get_block_fail_not_a_name(csrmm2):
+    sch = sp.Schedule(csrmm2)
+    block = sch.get_block("csrmm0")
+    unchanged(sch, lambda: sch.get_block(block), r"in `get_block`: expected a block name \(a str\), but got BlockRV")
+
+
+def test_lookup_lists_at_most_twenty_names():
+    """A function with many blocks (a decomposed format, say) lists the first twenty and a count."""
+    body = "".join(
+        f'    for i{k} in T.serial(n):\n        with T.block("b{k:02d}"):\n'
+        f"            v = T.axis.spatial(n, i{k})\n            A[v] = T.float32({k})\n"
+        for k in range(23)
+    )
+    text = (
+        "from sparsetir_py import script as T\n\n@T.prim_func\ndef many(a: T.handle, n: T.int32):\n"
+        '    T.func_attr({"stage": 2})\n    A = T.match_buffer(a, (n,), "float32")\n' + body
+    )
+    sch = sp.Schedule(sp.from_script(text))
+    listed = ", ".join(f"`b{k:02d}`" for k in range(20))
+    unchanged(sch, lambda: sch.get_block("nope"), f"\\(it has {listed} and 3 more\\)$")
+
+
+def test_schedule_fail_unknown_function(csrmm2):
+    """An explicit function name must be in the module (no silent fall back to another function)."""
+    with pytest.raises(
+        sp.ScheduleError,
+        match=r"^in `Schedule`: no function named 'mian' in the module \(it has `main`\); did you mean `main`\?$",
+    ):
+        sp.Schedule(csrmm2, "mian")
+    with pytest.raises(sp.ScheduleError, match=r"expected a function name \(a str\), but got 0"):
+        sp.Schedule(csrmm2, 0)
+    with pytest.raises(sp.ScheduleError, match="expected a module with a function, but got an empty one"):
+        sp.Schedule(sp.IRModule())
+    assert sp.Schedule(sp.IRModule.from_any({"other": csrmm2["main"]})).func_name == "other"
+
+
 # ---------------------------------------------------------------- split
 @pytest.mark.parametrize("factors", [[None, 4], [2, None], [None, 2, 2], [3, None, 5]])
 def test_split_with_guard(csrmm2, factors):
@@ -180,6 +234,23 @@ def test_split_fail_unknown_loop(csrmm2):
     (foreign,) = other.get_loops(other.get_block("csrmm0"))
     other.split(foreign, [None, 2])  # `foreign` is gone from `other`
     unchanged(other, lambda: other.split(foreign, [None, 2]), "in `split`: loop `i` is not in")
+
+
+def test_split_fail_stale_loop_lists_the_loops(csrmm2):
+    """A handle to a loop that a split replaced: the loops that are there now."""
+    sch = sp.Schedule(csrmm2)
+    (i,) = sch.get_loops(sch.get_block("csrmm0"))
+    sch.split(i, [None, 2])
+    match = r"in `parallel`: loop `i` is not in `csrmm` \(its loops: `i_outer`, `i_inner`, `k_init`, `j`, `k`\)$"
+    unchanged(sch, lambda: sch.parallel(i), match)
+
+
+def test_split_fail_loop_of_another_function_with_the_same_name(csrmm2):
+    """A handle from another schedule names a loop `i` that this function has too, but another."""
+    sch, other = sp.Schedule(csrmm2), sp.Schedule(sp.from_script(csrmm2["main"].script()))
+    (foreign,) = other.get_loops(other.get_block("csrmm0"))
+    match = r"\(its loops: `i`, `k_init`, `j`, `k`\); the loop named `i` there is another one"
+    unchanged(sch, lambda: sch.split(foreign, [None, 2]), match)
 
 
 # ---------------------------------------------------------------- parallel, vectorize, unroll, bind

@@ -407,6 +407,23 @@ def test_fail_unknown_iteration():
     _fails(sch, "in `get_sparse_iteration`: no sparse iteration named 'nope'", sch.get_sparse_iteration, "nope")
 
 
+def test_fail_iteration_name_not_a_str():
+    sch = Schedule(sddmm_script())
+    it = sch.get_sparse_iteration("sddmm")
+    _fails(sch, r"expected a sparse iteration name \(a str\), but got SparseIterationRV", sch.get_sparse_iteration, it)
+
+
+def test_fail_unknown_iteration_lists_nested_iterations_in_program_order():
+    from corpus import make_sparse_softmax
+
+    sch = Schedule(make_sparse_softmax())
+    match = (
+        r"no sparse iteration named 'row_mx' in `sparse_softmax` \(it has `sparse_softmax`, `row_max`, `row_sum`, "
+        r"`row_div`\); did you mean `row_max`\?"
+    )
+    _fails(sch, match, sch.get_sparse_iteration, "row_mx")
+
+
 def test_fail_stage2_function():
     sch = Schedule(sp.lower_sparse_iter(sddmm_script()))
     _fails(sch, "in `get_sparse_iteration`: expected a Stage I function", sch.get_sparse_iteration, "sddmm")
