@@ -44,6 +44,7 @@ from ..ir.expr import BinOp, BufferLoad, Call, IntImm, PrimExpr, Select, Var, co
 from ..ir.func import IRModule, PrimFunc
 from ..ir.node import FrozenDict
 from ..ir.stmt import (
+    AtomicAdd,
     Block,
     BufferStore,
     For,
@@ -389,9 +390,9 @@ class Lowering:
     def translate_stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, SparseIteration):
             return self.lower_iteration(s)
-        if isinstance(s, BufferStore):
+        if isinstance(s, BufferStore | AtomicAdd):  # an atomic add is a store: positions, not coordinates
             indices, valid = self.translate_access(s.buffer, s.indices)
-            store = BufferStore(s.buffer, indices, self.translate_expr(s.value))
+            store = type(s)(s.buffer, indices, self.translate_expr(s.value))
             return store if valid is None else IfThenElse(valid, store)
         if isinstance(s, SeqStmt):
             return seq(*(self.translate_stmt(x) for x in s.stmts)) if s.stmts else s

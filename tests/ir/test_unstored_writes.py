@@ -857,12 +857,8 @@ def test_atomic_add_at_stored_coordinates_is_accepted():
     np.testing.assert_allclose(kwargs["a"], expected)
 
 
-@pytest.mark.xfail(
-    run=False,
-    reason="lower_sparse_iter translates the indices of a Stage I T.atomic_add as coordinates, not positions "
-    "(`A[vi, J_indices[vi, vj]]` where a store gets `A[vi, vj]`): the kernel adds out of bounds",
-)
 def test_atomic_add_at_stored_coordinates_in_the_cpu_kernel():
+    """lower_sparse_iter translates a Stage I atomic add like a store (positions, not coordinates)."""
     kwargs, expected = _atomic_case()
     sp.compile(atomic_gather("int64", "float64"), "cpu")(**kwargs)
     np.testing.assert_allclose(kwargs["a"], expected)
