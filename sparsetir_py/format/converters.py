@@ -98,14 +98,9 @@ def to_ell_parts(
     rows, cols = row_ids(csr), csr.indices.astype(np.int64)
     part_width = -(-n // num_col_parts) if n else 1
     part = cols // part_width
-    # Nonzeros sorted by (part, row, col): each (part, row) run is one row of that column part.
-    # Canonical CSR is in (row, col) order already, so a stable sort by part alone does it.
-    if num_col_parts > 1:
-        # (a 16-bit key sorts by radix in numpy: linear in nnz)
-        key16 = part.astype(np.uint16) if num_col_parts <= 1 << 16 else part
-        order = np.argsort(key16, kind="stable")
-        rows, cols, part, values = rows[order], cols[order], part[order], values[order]
-    key = part * max(m, 1) + rows
+    # Within a row, columns increase, so column parts do too: canonical CSR order is already
+    # sorted by (row, part), and each (row, part) run is one row of that column part. No sort.
+    key = rows * num_col_parts + part
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
     run_len = np.diff(np.r_[starts, len(key)])
     run_part, run_row = part[starts], rows[starts]
@@ -122,8 +117,8 @@ def to_ell_parts(
     # chunk lands alone in a smaller bucket: layer 0 there.
     chunk_layer = np.where(chunk_bucket == len(widths) - 1, chunk_index, 0)
     chunk_part = run_part[chunk_run]
-    # Chunks are in (part, row) order; a stable sort by (part, bucket, layer) groups each part's
-    # chunks by layer with rows still increasing within a layer.
+    # Chunks are in (row, part) order; a stable sort by (part, bucket, layer) groups each part's
+    # chunks by layer with rows increasing within a layer.
     group = (chunk_part * len(widths) + chunk_bucket) * (int(chunk_layer.max(initial=0)) + 1) + chunk_layer
     by_group = np.argsort(group, kind="stable")
     bounds = np.searchsorted(
