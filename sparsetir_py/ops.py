@@ -558,10 +558,35 @@ def _converted(module, csr, params: dict, dtype: str, idtype: str):
     return result
 
 
-def _spmm_parts(A, B, module, target: str, schedule, params: dict) -> np.ndarray:
-    """SpMM with A decomposed by a rule module: convert (cached), decompose, compile (cached), run."""
+def _parts_kernel(op: str, module, params: dict, rules, dname: str, idtype: str, target: str, feat: int, schedule):
+    """The kernel of `op` decomposed by `rules` (the computation alone), compiled once per
+    format, parameters, dtypes, target, schedule (and width on CUDA). An SDDMM's output moves to
+    the parts' formats too."""
     from .transform import decompose_format, remove_preprocess
 
+    if schedule is None:
+        schedule = "hyb_cpu" if target == "cpu" else "hyb_cuda"
+    schedule = _resolve_schedule(op, target, schedule)
+    key = (op, id(module), repr(sorted(params.items())), tuple(r.name for r in rules), dname, idtype, target,
+           feat if target == "cuda" else None, schedule)  # fmt: skip
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        parts = rules if op == "spmm" else [_with_output(r) for r in rules]
+        mod = remove_preprocess(decompose_format(SCRIPTS[op](idtype, dname), parts))
+        specialize = {"feat": feat} if target == "cuda" else None
+        kernel = compile_pipeline(mod, target, schedule=schedule, specialize=specialize)
+        _KERNELS[key] = kernel
+    return kernel
+
+
+def _part_values(csr, dtype: np.dtype, gathers: dict) -> dict[str, np.ndarray]:
+    """Each part's values gathered from A's (0 where the part pads)."""
+    data = np.concatenate([np.zeros(1, dtype), np.asarray(csr.data, dtype=dtype)])
+    return {name: data[where] for name, where in gathers.items()}
+
+
+def _spmm_parts(A, B, module, target: str, schedule, params: dict) -> np.ndarray:
+    """SpMM with A decomposed by a rule module: convert (cached), decompose, compile (cached), run."""
     csr = _as_csr(A)
     B = _operand(B, "B")
     dtype = _value_dtype(csr.dtype, B.dtype)
@@ -570,19 +595,8 @@ def _spmm_parts(A, B, module, target: str, schedule, params: dict) -> np.ndarray
     feat = B.shape[1]
     dname, idtype = _DTYPE_NAMES[dtype], _DTYPE_NAMES[csr.indices.dtype]
     rules, structure, gathers = _converted(module, csr, params, dname, idtype)
-    if schedule is None:
-        schedule = "hyb_cpu" if target == "cpu" else (lambda sch: None)
-    schedule = _resolve_schedule("spmm", target, schedule)
-    key = ("spmm", id(module), repr(sorted(params.items())), tuple(r.name for r in rules), dname, idtype, target,
-           feat if target == "cuda" else None, schedule)  # fmt: skip
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        mod = remove_preprocess(decompose_format(SCRIPTS["spmm"](idtype, dname), rules))
-        specialize = {"feat": feat} if target == "cuda" else None
-        kernel = compile_pipeline(mod, target, schedule=schedule, specialize=specialize)
-        _KERNELS[key] = kernel
-    data = np.concatenate([np.zeros(1, dtype), np.asarray(csr.data, dtype=dtype)])
-    values = {name: data[where] for name, where in gathers.items()}
+    kernel = _parts_kernel("spmm", module, params, rules, dname, idtype, target, feat, schedule)
+    values = _part_values(csr, dtype, gathers)
     C = np.empty((m, feat), dtype=dtype)
     args = {"b": B, "c": C, "m": m, "n": n, "feat": feat, **structure, **values}
     wanted = set(kernel.parameters)
@@ -611,8 +625,6 @@ def _with_output(rule):
 def _sddmm_parts(A, X, Y, module, target: str, schedule, params: dict) -> scipy.sparse.csr_matrix:
     """SDDMM with A (and the output) decomposed by a rule module; the parts' outputs are
     scattered back to A's canonical order."""
-    from .transform import decompose_format, remove_preprocess
-
     csr = _as_csr(A)
     m, n = csr.shape
     X, Y = _operand(X, "X"), _operand(Y, "Y")
@@ -623,19 +635,8 @@ def _sddmm_parts(A, X, Y, module, target: str, schedule, params: dict) -> scipy.
     feat = X.shape[1]
     dname, idtype = _DTYPE_NAMES[dtype], _DTYPE_NAMES[csr.indices.dtype]
     rules, structure, gathers = _converted(module, csr, params, dname, idtype)
-    if schedule is None:
-        schedule = "hyb_cpu" if target == "cpu" else (lambda sch: None)
-    schedule = _resolve_schedule("sddmm", target, schedule)
-    key = ("sddmm", id(module), repr(sorted(params.items())), tuple(r.name for r in rules), dname, idtype, target,
-           feat if target == "cuda" else None, schedule)  # fmt: skip
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        mod = remove_preprocess(decompose_format(SCRIPTS["sddmm"](idtype, dname), [_with_output(r) for r in rules]))
-        specialize = {"feat": feat} if target == "cuda" else None
-        kernel = compile_pipeline(mod, target, schedule=schedule, specialize=specialize)
-        _KERNELS[key] = kernel
-    data = np.concatenate([np.zeros(1, dtype), np.asarray(csr.data, dtype=dtype)])
-    values = {name: data[where] for name, where in gathers.items()}
+    kernel = _parts_kernel("sddmm", module, params, rules, dname, idtype, target, feat, schedule)
+    values = _part_values(csr, dtype, gathers)
     outputs = {"c" + name[1:]: np.empty(where.shape, dtype) for name, where in gathers.items()}
     args = {"x": X, "y": Y, "m": m, "n": n, "feat": feat, **structure, **values, **outputs}
     wanted = set(kernel.parameters)
