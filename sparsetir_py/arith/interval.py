@@ -282,7 +282,7 @@ def _cast_range(an: _Analyzer, node: Cast) -> Interval:
 
 
 def _call_range(an: _Analyzer, node: Call) -> Interval:
-    if node.op == "lower_bound":  # a position in [lo, hi]
+    if node.op in ("lower_bound", "linear_find"):  # a position in [lo, hi]
         lo, hi = an.range(node.args[1]), an.range(node.args[2])
         return Interval(lo.lo, hi.hi)
     if node.op == "abs" and _is_int_expr(node):

@@ -64,7 +64,7 @@ IMPORTS = {
     "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
     "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }
-HELPERS = ("lower_bound",)
+HELPERS = ("lower_bound", "linear_find")
 RESERVED_NAMES = frozenset(IMPORTS) | frozenset(HELPERS) | frozenset(dir(builtins))
 
 BARRIERS = ("syncthreads", "syncwarp")
@@ -85,6 +85,15 @@ def lower_bound(buf, lo, hi, value):
             hi = mid
     return lo
 """
+
+LINEAR_FIND_SOURCE = """\
+def linear_find(buf, lo, hi, value):
+    # The first position p in [lo, hi) with buf[p] == value, else hi: a scan of an unsorted range.
+    while lo < hi and buf[lo] != value:
+        lo += 1
+    return lo
+"""
+HELPER_SOURCES = {"lower_bound": LOWER_BOUND_SOURCE, "linear_find": LINEAR_FIND_SOURCE}
 
 
 @dataclass(frozen=True)
@@ -285,7 +294,7 @@ class Renderer:
         out.line(f"def {name}({', '.join(p.name for p in params)}):")
         with out.indent():
             for helper in sorted(self.helpers):
-                for line in LOWER_BOUND_SOURCE.splitlines() if helper == "lower_bound" else ():
+                for line in HELPER_SOURCES[helper].splitlines():
                     out.line(line)
                 out.lines.append("")
         out.lines.extend(self.body.lines)
@@ -446,8 +455,8 @@ class Renderer:
         return f"np.{e.dtype}({self.expr(e.value)})", PREC_ATOM
 
     def expr_call(self, e: Call) -> tuple[str, int]:
-        if e.op == "lower_bound":
-            return self.call_lower_bound(e), PREC_ATOM
+        if e.op in HELPER_SOURCES:
+            return self.call_search(e), PREC_ATOM
         if e.op in BARRIERS:
             raise CodegenError(f"in `build`: T.{e.op}() is a statement, not a value")
         rule = self.INTRINSIC_RULES.get(e.op)
@@ -460,15 +469,16 @@ class Renderer:
         atoms = [self.paren(a, PREC_ATOM) for a in e.args]
         return rule.template.format(a=args, p=atoms, one=one, f=suffix), rule.prec
 
-    def call_lower_bound(self, e: Call) -> str:
+    def call_search(self, e: Call) -> str:
+        """`T.lower_bound` / `T.linear_find`: a nested helper function of the kernel."""
         if len(e.args) != 4:
-            raise CodegenError(f"in `build`: T.lower_bound takes 4 arguments, got {len(e.args)}")
+            raise CodegenError(f"in `build`: T.{e.op} takes 4 arguments, got {len(e.args)}")
         buf, lo, hi, value = e.args
         if not isinstance(buf, FlatBuffer):
-            raise CodegenError("in `build`: the first argument of T.lower_bound must be a buffer")
-        self.helpers.add("lower_bound")
+            raise CodegenError(f"in `build`: the first argument of T.{e.op} must be a buffer")
+        self.helpers.add(e.op)
         name = self.access_name(buf)
-        return f"lower_bound({name}, {self.expr(lo)}, {self.expr(hi)}, {self.expr(value)})"
+        return f"{e.op}({name}, {self.expr(lo)}, {self.expr(hi)}, {self.expr(value)})"
 
     def expr_load(self, e: BufferLoad) -> tuple[str, int]:
         return self.access(e.buffer, e.indices), PREC_ATOM

@@ -146,6 +146,14 @@ class LoopInterpreter:
             if not 0 <= lo <= hi <= arr.size:
                 raise InterpretError(f"lower_bound over [{lo}, {hi}) outside `{buf.name}` (size {arr.size})")
             return lo + int(np.searchsorted(arr[lo:hi], value, side="left"))
+        if e.op == "linear_find":
+            buf, lo, hi, value = e.args
+            arr = self.array(buf)
+            lo, hi, value = self.ev(lo), self.ev(hi), self.ev(value)
+            if not 0 <= lo <= hi <= arr.size:
+                raise InterpretError(f"linear_find over [{lo}, {hi}) outside `{buf.name}` (size {arr.size})")
+            hits = np.flatnonzero(arr[lo:hi] == value)
+            return lo + int(hits[0]) if hits.size else hi
         if e.op in ("syncthreads", "syncwarp"):
             return None
         fn = SCALAR_CALLS.get(e.op)

@@ -43,6 +43,9 @@ register_intrinsic("shfl_down_sync", 3, "arg1")
 # lower_bound(buf, lo, hi, value): the first position p in [lo, hi) of buf's storage (flat, in
 # storage order) with buf[p] >= value, or hi. Coordinate lookups and fused-axis row recovery.
 register_intrinsic("lower_bound", 4, "arg1", buffer_args=(0,))
+# linear_find(buf, lo, hi, value): the first position p in [lo, hi) with buf[p] == value, or hi:
+# coordinate lookups in a level declared unsorted (`sorted=False`), where a binary search is wrong.
+register_intrinsic("linear_find", 4, "arg1", buffer_args=(0,))
 
 
 def result_dtype(name: str, arg_dtypes: list[str]) -> str:

@@ -445,7 +445,9 @@ class Lowering:
                 ok = mk.and_(mk.cmp("<=", zero, c), mk.cmp("<", c, self.row_extent(a, gpos)))
             else:
                 end = self.row_end(a, gpos)
-                found = Call("lower_bound", (self.indices[a], start, end, c), a.idtype)
+                # An unsorted level is scanned: a binary search there finds the wrong position.
+                search = "lower_bound" if a.sorted else "linear_find"
+                found = Call(search, (self.indices[a], start, end, c), a.idtype)
                 local = mk.sub(found, start)
                 hit = mk.cmp("==", BufferLoad(self.indices[a], (*out, local)), c)
                 ok = mk.and_(mk.cmp("<", found, end), hit)

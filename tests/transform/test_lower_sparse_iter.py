@@ -19,6 +19,7 @@ import sparsetir_py as sp
 from sparsetir_py import ir
 from sparsetir_py import script as T
 from sparsetir_py.data import load_matrix
+from sparsetir_py.ir.expr import Call
 from sparsetir_py.ir.visit import walk
 
 
@@ -40,6 +41,8 @@ def csrmm(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.ha
 
 EXPECTED_CSRMM = """
 from sparsetir_py import script as T
+from sparsetir_py.ir.expr import Call
+from sparsetir_py.ir.visit import walk
 
 @T.prim_func
 def csrmm(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.handle,
@@ -246,6 +249,8 @@ FUSED_CSRMM = corpus.Case("fused_csrmm", make_fused_csrmm, corpus.CASES_BY_NAME[
 
 EXPECTED_FUSED_CSRMM = """
 from sparsetir_py import script as T
+from sparsetir_py.ir.expr import Call
+from sparsetir_py.ir.visit import walk
 
 @T.prim_func
 def fused_csrmm(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.handle,
@@ -345,3 +350,38 @@ def test_fail_lowering_fused_reduction_then_spatial():
     bad = f.replace(body=it.replace(kinds="RSS", init=None))
     with pytest.raises(sp.LoweringError, match='fused group of kinds "RS" has a spatial member after a reduction'):
         sp.lower_sparse_iter(bad)
+
+
+@T.prim_func
+def gather_through_unsorted(a: T.handle, c: T.handle, indptr: T.handle, indices: T.handle, indices2: T.handle,
+                            m: T.int32, n: T.int32, nnz: T.int32):  # fmt: skip
+    I = T.dense_fixed(m)
+    J = T.sparse_variable(I, (n, nnz), (indptr, indices), "int32", sorted=False)
+    J2 = T.sparse_variable(I, (n, nnz), (indptr, indices2), "int32")
+    A = T.match_sparse_buffer(a, (I, J), "float32")
+    C = T.match_sparse_buffer(c, (I, J2), "float32")
+    with T.sp_iter([I, J2], "SS", "g") as [i, j]:
+        C[i, j] = A[i, j]
+
+
+def test_coordinate_lookup_in_an_unsorted_level_scans():
+    """A binary search over a level declared `sorted=False` finds the wrong position (the kernel
+    read [0, 3, 0] where the answer is [2, 3, 1]); lowering scans such a level (`T.linear_find`)."""
+    lowered = sp.lower_sparse_iter(gather_through_unsorted)["main"]
+    calls = {n.op for n in walk(lowered.body) if isinstance(n, Call)}
+    assert "linear_find" in calls and "lower_bound" not in calls
+    rng = np.random.default_rng(0)
+    rows = [rng.permutation(5)[: int(k)] for k in (3, 0, 5, 1)]
+    indptr = np.cumsum([0, *map(len, rows)]).astype(np.int32)
+    unsorted = np.concatenate(rows).astype(np.int32)
+    sorted_ = np.concatenate([np.sort(r) for r in rows]).astype(np.int32)
+    a = rng.standard_normal(len(unsorted)).astype(np.float32)
+    want = np.concatenate([a[indptr[r] + np.argsort(rows[r])] for r in range(4)])
+    for run in (gather_through_unsorted, lowered, sp.lower_sparse_buffer(lowered)["main"], "cpu"):
+        c = np.full(len(a), np.nan, np.float32)
+        kw = dict(a=a, c=c, indptr=indptr, indices=unsorted, indices2=sorted_, m=4, n=5, nnz=len(a))
+        if run == "cpu":
+            sp.compile(gather_through_unsorted, "cpu")(**kw)
+        else:
+            sp.interpret(run, **kw)
+        np.testing.assert_array_equal(c, want)
