@@ -585,6 +585,28 @@ def _part_values(csr, dtype: np.dtype, gathers: dict) -> dict[str, np.ndarray]:
     return {name: data[where] for name, where in gathers.items()}
 
 
+_CHECKED_PARTS: dict[tuple, weakref.ref] = {}
+
+
+def _run_parts(kernel: Kernel, args: dict, structure: dict, small: bool) -> None:
+    """Run a decomposed kernel; the converted structure is checked on its first run with this
+    kernel only (the conversion is cached with A's structure, so later calls reuse checked arrays)."""
+    key = (id(kernel), id(structure))
+    ref = _CHECKED_PARTS.get(key)
+    checked = ref is not None and ref() is structure_marker(structure)
+    kernel(**args, check_structure=not checked, **({"threads": 1} if small else {}))
+    if not checked:
+        _CHECKED_PARTS[key] = weakref.ref(structure_marker(structure))
+
+
+def structure_marker(structure: dict):
+    """An object that lives exactly as long as the converted structure (its first array)."""
+    return next((v for v in structure.values() if isinstance(v, np.ndarray)), _NO_ARRAYS)
+
+
+_NO_ARRAYS = np.zeros(0)
+
+
 def _spmm_parts(A, B, module, target: str, schedule, params: dict) -> np.ndarray:
     """SpMM with A decomposed by a rule module: convert (cached), decompose, compile (cached), run."""
     csr = _as_csr(A)
@@ -601,7 +623,7 @@ def _spmm_parts(A, B, module, target: str, schedule, params: dict) -> np.ndarray
     args = {"b": B, "c": C, "m": m, "n": n, "feat": feat, **structure, **values}
     wanted = set(kernel.parameters)
     small = target == "cpu" and csr.nnz * feat < PARALLEL_GRAIN
-    kernel(**{k: v for k, v in args.items() if k in wanted}, **({"threads": 1} if small else {}))
+    _run_parts(kernel, {k: v for k, v in args.items() if k in wanted}, structure, small)
     return C
 
 
@@ -641,7 +663,7 @@ def _sddmm_parts(A, X, Y, module, target: str, schedule, params: dict) -> scipy.
     args = {"x": X, "y": Y, "m": m, "n": n, "feat": feat, **structure, **values, **outputs}
     wanted = set(kernel.parameters)
     small = target == "cpu" and csr.nnz * max(feat, 1) < PARALLEL_GRAIN
-    kernel(**{k: v for k, v in args.items() if k in wanted}, **({"threads": 1} if small else {}))
+    _run_parts(kernel, {k: v for k, v in args.items() if k in wanted}, structure, small)
     out = np.zeros(csr.nnz, dtype)
     for name, where in gathers.items():
         stored = where.reshape(-1) > 0
