@@ -220,6 +220,16 @@ def cast(value, dtype):
     _only_in_script("cast")
 
 
+def min_value(dtype):
+    """The smallest finite value of `dtype` (TVM's `tir.min_value`): a constant."""
+    _only_in_script("min_value")
+
+
+def max_value(dtype):
+    """The largest finite value of `dtype` (TVM's `tir.max_value`): a constant."""
+    _only_in_script("max_value")
+
+
 def intrinsic(*args, dtype=None):
     """Signature shared by every intrinsic of `sparsetir_py.ir.op.INTRINSICS` (exp, sqrt, ...)."""
     _only_in_script("intrinsic")

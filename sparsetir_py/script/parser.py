@@ -16,6 +16,8 @@ import linecache
 import textwrap
 from typing import Any
 
+import numpy as np
+
 from .. import ir
 from ..errors import FrontendError, SparseTIRError
 from ..ir import dtype as dt
@@ -87,11 +89,25 @@ STUBS = {
     "if_then_else": B.if_then_else,
     "Select": B.if_then_else,
     "cast": B.cast,
+    "min_value": B.min_value,
+    "max_value": B.max_value,
 }
 PY_BUILTINS = {"min": "min", "max": "max", "abs": "abs", "range": "serial"}
 # Names of the script namespace that are not calls with a stub (decorators, annotations, the
 # `T.axis` prefix of `T.axis.spatial`).
 NAMESPACE_NAMES = ("prim_func", "ir_module", "axis")
+
+
+def limit_value(dtype: str, largest: bool) -> PrimExpr:
+    """`T.min_value(dtype)` / `T.max_value(dtype)`: the extreme finite value, as a constant (it
+    prints as one, e.g. `T.float32(-3.4028234663852886e+38)`, and parses back equal)."""
+    if dtype == "bool":
+        return IntImm(int(largest), "bool")
+    if dt.is_int(dtype):
+        info = np.iinfo(dtype)
+        return IntImm(int(info.max if largest else info.min), dtype)
+    info = np.finfo(dtype)
+    return FloatImm(float(info.max if largest else info.min), dtype)
 
 
 def known_t_names() -> set[str]:
@@ -901,6 +917,9 @@ class Parser:
         if name == "cast":
             args = self.bind(node, name)
             return Cast(self.dtype_arg(args["dtype"], allowed=dt.SCALAR_DTYPES), self.expr(args["value"]))
+        if name in ("min_value", "max_value"):
+            dtype = self.dtype_arg(self.bind(node, name)["dtype"], allowed=dt.SCALAR_DTYPES)
+            return limit_value(dtype, name == "max_value")
         if name in INTRINSICS:
             return self.intrinsic_call(node, name)
         if name not in STUBS:

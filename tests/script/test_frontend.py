@@ -4,11 +4,13 @@ FrontendErrors with file:line:col and a caret, and the printer's output parses b
 import inspect
 import textwrap
 
+import numpy as np
 import pytest
 
 import sparsetir_py as sp
 from sparsetir_py import ir
 from sparsetir_py import script as T
+from sparsetir_py.ir.visit import walk
 
 
 @T.prim_func
@@ -83,6 +85,7 @@ def test_closure_constants():
 
 STAGE2 = """
 from sparsetir_py import script as T
+from sparsetir_py.ir.visit import walk
 
 @T.prim_func
 def lowered(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.handle,
@@ -129,6 +132,7 @@ def lowered(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.
 
 STAGE3 = """
 from sparsetir_py import script as T
+from sparsetir_py.ir.visit import walk
 
 @T.prim_func
 def flat(a: T.handle, b: T.handle, m: T.int64, n: T.int64):
@@ -256,6 +260,7 @@ def parse_error(source: str) -> sp.FrontendError:
 
 HEADER = """
 from sparsetir_py import script as T
+from sparsetir_py.ir.visit import walk
 
 @T.prim_func
 def f(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32, nnz: T.int32):
@@ -365,6 +370,7 @@ def test_builtins_cannot_be_called_directly():
 
 LET = """
 from sparsetir_py import script as T
+from sparsetir_py.ir.visit import walk
 
 @T.prim_func
 def scaled(a: T.handle, b: T.handle, n: T.int32):
@@ -403,6 +409,7 @@ def test_intrinsic_registered_after_import_parses_and_round_trips():
     try:
         text = """
 from sparsetir_py import script as T
+from sparsetir_py.ir.visit import walk
 
 
 @T.prim_func
@@ -554,3 +561,44 @@ def test_misspelt_name_under_another_alias_of_the_namespace():
             A = S.match_sparse_buffer(a, (I,), "float32")
             with S.sp_iter([I], "S", "bad") as [i]:
                 A[i] = 0.0
+
+
+LIMITS = """
+@T.prim_func
+def rowmax(a: T.handle, c: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32, nnz: T.int32):
+    I = T.dense_fixed(m)
+    J = T.sparse_variable(I, (n, nnz), (indptr, indices), "int32")
+    A = T.match_sparse_buffer(a, (I, J), "DTYPE")
+    C = T.match_sparse_buffer(c, (I,), "DTYPE")
+    with T.sp_iter([I, J], "SR", "rowmax") as [i, j]:
+        with T.init():
+            C[i] = T.min_value("DTYPE")
+        C[i] = T.max(C[i], A[i, j])
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+def test_min_value_and_max_value(dtype):
+    """`T.min_value(dtype)` / `T.max_value(dtype)` (SparseTIR's softmax uses them) are the extreme
+    finite values, printed as constants that parse back equal; a row max starts from min_value."""
+    import scipy.sparse
+
+    f = sp.from_script(LIMITS.replace("DTYPE", dtype))
+    assert sp.structural_equal(sp.from_script(f.script()), f)
+    info = np.finfo(dtype) if dtype.startswith("float") else np.iinfo(dtype)
+    g = sp.from_script(LIMITS.replace("DTYPE", dtype).replace("T.min_value", "T.max_value"))
+    inits = [
+        n.value
+        for func in (f, g)
+        for n in walk(func.body)
+        if isinstance(n, ir.BufferStore) and isinstance(n.value, ir.IntImm | ir.FloatImm)
+    ]
+    assert [x.value for x in inits] == [info.min, info.max]
+    A = scipy.sparse.random(7, 5, density=0.4, format="csr", random_state=0, dtype=np.float64)
+    A.data = (A.data * 100).astype(dtype)
+    A.data[A.indptr[3] : A.indptr[4]] = 0  # row 3 stores nothing
+    A.eliminate_zeros()
+    want = np.array([A.getrow(r).data.max() if A.getrow(r).nnz else info.min for r in range(7)], dtype=dtype)
+    c = np.zeros(7, dtype)
+    sp.interpret(f, a=A.data, c=c, indptr=A.indptr, indices=A.indices, m=7, n=5, nnz=A.nnz)
+    np.testing.assert_array_equal(c, want)
