@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from .ir.func import IRModule, PrimFunc
 from .ir.layout import Layout
-from .ir.verify import verify
+from .ir.verify import verify_cached
 from .runtime.build import build
 from .runtime.kernel import Kernel
 from .schedule import Schedule
@@ -51,7 +51,7 @@ def compile(
     mod = IRModule.from_any(func)
     # Ill-formed input fails here with the verifier's named error (an unstored write, say), not as
     # a wrong kernel; passes assume valid input.
-    verify(mod)
+    verify_cached(mod)
     if specialize:
         # Bind sizes first, so loop extents are constants for the schedule and the code generator.
         mod = IRModule.from_any({k: f.specialize(specialize) for k, f in mod.items()})

@@ -29,7 +29,7 @@ from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import AtomicAdd, BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt, SparseIteration, Stmt
-from ..ir.verify import verify
+from ..ir.verify import verify_cached
 from ..ir.visit import walk
 
 
@@ -475,15 +475,15 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
         func = func["main"] if "main" in func else next(iter(func.functions.values()))
     if not isinstance(func, PrimFunc):
         raise TypeError(f"interpret expects a PrimFunc, got {type(func).__name__}")
+    # The oracle runs only well-formed functions (an unstored write, say, is the verifier's
+    # named error, as `sp.compile` gives it); remembered per function, so repeated calls are free.
+    verify_cached(func)
     if func.stage != 1:
         # Stages II and III run loop by loop, each with its own addressing (no lowering pass).
         from .loops import run_loops
 
         run_loops(func, bind_arguments(func, args, kwargs))
         return
-    # The oracle runs only well-formed functions: an ill-formed one (a write its structure may not
-    # store, say) gets the verifier's named error, as `sp.compile` gives it.
-    verify(func)
     bound = bind_arguments(func, args, kwargs)
     with np.errstate(all="ignore"):
         Interpreter(func, bound).run(func.body, Frame.unit())

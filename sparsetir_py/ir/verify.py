@@ -505,6 +505,30 @@ def verify(func_or_mod: PrimFunc | IRModule) -> None:
         _FuncVerifier(func).run()
 
 
+# Functions verified already, by identity (IR is immutable, so a function once valid stays valid):
+# entry points verify what they are given, and a repeated call costs a dictionary lookup.
+_VERIFIED: dict[int, PrimFunc] = {}
+_VERIFIED_MAX = 4096
+
+
+def verify_cached(func_or_mod: PrimFunc | IRModule) -> None:
+    """`verify`, remembered per function object: what every public entry point (`sp.interpret`,
+    the passes, `sp.Schedule`, `sp.build`, `sp.compile`) runs on its input, as TVM verifies
+    well-formedness on entry."""
+    funcs = [func_or_mod] if isinstance(func_or_mod, PrimFunc) else None
+    if funcs is None:
+        if not isinstance(func_or_mod, IRModule):
+            raise TypeError(f"verify expects a PrimFunc or an IRModule, got {type(func_or_mod).__name__}")
+        funcs = list(func_or_mod.functions.values())
+    for func in funcs:
+        if _VERIFIED.get(id(func)) is func:
+            continue
+        verify(func)
+        if len(_VERIFIED) >= _VERIFIED_MAX:
+            _VERIFIED.pop(next(iter(_VERIFIED)))
+        _VERIFIED[id(func)] = func
+
+
 _STRUCTURE = {
     # field -> True: required, False: forbidden, None: optional
     DENSE_FIXED: {"indptr": False, "indices": False, "nnz": False, "nnz_cols": False},

@@ -61,9 +61,9 @@ def build(
             "(sp.lower_sparse_iter, then sp.lower_sparse_buffer)"
         )
     if verify:
-        from ..ir.verify import verify as verify_func
+        from ..ir.verify import verify_cached
 
-        verify_func(func)
+        verify_cached(func)
     ks = render(func, target, **options)
     key = cache.cache_key(_script_text(func), target, ks.options, ks.source)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()

@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import ScheduleError
 from ..ir.expr import Var
 from ..ir.func import IRModule, PrimFunc
+from ..ir.verify import verify_cached
 from . import annotation as A
 from . import caching as C
 from . import compute_at as CA
@@ -115,6 +116,7 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     def __init__(self, mod: PrimFunc | IRModule, func_name: str | None = None):
         self.mod = IRModule.from_any(mod)
+        verify_cached(self.mod)  # primitives assume a well-formed function
         if not self.mod:
             raise ScheduleError("in `Schedule`: expected a module with a function, but got an empty one")
         if func_name is None:

@@ -46,6 +46,7 @@ from ..ir.expr import BufferLoad, PrimExpr, Var, const
 from ..ir.func import IRModule, PrimFunc
 from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, BufferStore, IfThenElse, SeqStmt, SparseIteration, Stmt, seq
+from ..ir.verify import verify_cached
 from ..ir.visit import post_order_rewrite, substitute, walk
 
 PREPROCESS = "preprocess"
@@ -57,6 +58,7 @@ def decompose_format(
     """Decompose the sparse buffers of every Stage I function of `mod` by `rules` (see the module
     docstring). With `include_format_rewrite_blks=False` the copy iterations are left out."""
     mod = IRModule.from_any(mod)
+    verify_cached(mod)
     rules = list(rules)
     if not rules:
         raise FormatError("decompose_format: expected at least one FormatRewriteRule, got none")

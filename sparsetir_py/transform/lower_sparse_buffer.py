@@ -26,6 +26,7 @@ from ..ir.func import IRModule, PrimFunc
 from ..ir.layout import Layout, LayoutError
 from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, Block, BufferRegion, BufferStore, Range
+from ..ir.verify import verify_cached
 from ..ir.visit import map_children
 
 
@@ -127,6 +128,7 @@ def lower_sparse_buffer(mod: PrimFunc | IRModule, layouts: Mapping[str, Layout] 
     `sp.Layout((0, 1))`); the kernel then expects arrays in that layout.
     """
     mod = IRModule.from_any(mod)
+    verify_cached(mod)  # a named error for ill-formed input, not a wrong flattening
     out = {}
     for name, func in mod.items():
         if func.stage == 1:

@@ -55,6 +55,7 @@ from ..ir.stmt import (
     Stmt,
     seq,
 )
+from ..ir.verify import verify_cached
 from ..ir.visit import map_children, substitute
 from .region import annotate_regions
 
@@ -469,6 +470,7 @@ class Lowering:
 def lower_sparse_iter(mod: PrimFunc | IRModule) -> IRModule:
     """Lower every Stage I function of `mod` to Stage II (position space); others pass through."""
     mod = IRModule.from_any(mod)
+    verify_cached(mod)  # a named error for ill-formed input, not a wrong lowering
     out = {}
     for name, func in mod.items():
         out[name] = Lowering(func).run() if func.stage == 1 else func

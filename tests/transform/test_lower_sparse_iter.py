@@ -343,13 +343,67 @@ def test_fused_csrmm_round_trips():
 
 
 def test_fail_lowering_fused_reduction_then_spatial():
-    """A fused group whose spatial member follows a reduction one (kinds "RS") is refused by name
-    (the verifier refuses it too; lowering does not rely on that)."""
+    """A fused group whose spatial member follows a reduction one (kinds "RS") is refused by name:
+    by the verifier, which the pass runs on its input, and by the lowering itself (it does not
+    rely on that)."""
+    from sparsetir_py.transform.lower_sparse_iter import Lowering
+
     f = make_fused_csrmm()
     it = next(n for n in walk(f.body) if isinstance(n, ir.SparseIteration))
     bad = f.replace(body=it.replace(kinds="RSS", init=None))
-    with pytest.raises(sp.LoweringError, match='fused group of kinds "RS" has a spatial member after a reduction'):
+    with pytest.raises(sp.VerifyError, match='fused axes .* have kinds "RS"'):
         sp.lower_sparse_iter(bad)
+    with pytest.raises(sp.LoweringError, match='fused group of kinds "RS" has a spatial member after a reduction'):
+        Lowering(bad).run()
+
+
+def test_every_entry_point_verifies_its_input():
+    """An ill-formed function (a write its structure may not store) gets the verifier's named
+    error from each public entry point, and a verified function is remembered (a second call
+    does not verify again)."""
+    from unittest import mock
+
+    from sparsetir_py.ir import verify as verify_module
+
+    bad = sp.from_script(UNSTORED_WRITE)
+    entries = {
+        "interpret": lambda: sp.interpret(
+            bad,
+            a=np.zeros(1, np.float32),
+            b=np.zeros(1, np.float32),
+            indptr=np.array([0, 1], np.int32),
+            indices=np.array([0], np.int32),
+            m=1,
+            n=1,
+            nnz=1,
+        ),
+        "lower_sparse_iter": lambda: sp.lower_sparse_iter(bad),
+        "lower_sparse_buffer": lambda: sp.lower_sparse_buffer(bad),
+        "decompose_format": lambda: sp.decompose_format(bad, []),
+        "Schedule": lambda: sp.Schedule(bad),
+        "compile": lambda: sp.compile(bad, "cpu"),
+    }
+    for call in entries.values():
+        with pytest.raises(sp.VerifyError, match="write to `A`"):
+            call()
+    good = make_fused_csrmm()
+    sp.lower_sparse_iter(good)
+    with mock.patch.object(verify_module, "verify", side_effect=AssertionError("verified twice")):
+        sp.lower_sparse_iter(good)
+        sp.Schedule(good)
+
+
+UNSTORED_WRITE = """
+@T.prim_func
+def copy(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32, nnz: T.int32):
+    I = T.dense_fixed(m)
+    J = T.sparse_variable(I, (n, nnz), (indptr, indices), "int32")
+    Jd = T.dense_fixed(n)
+    A = T.match_sparse_buffer(a, (I, J), "float32")
+    B = T.match_sparse_buffer(b, (I, Jd), "float32")
+    with T.sp_iter([I, Jd], "SS", "copy") as [i, j]:
+        A[i, j] = B[i, j]
+"""
 
 
 @T.prim_func
