@@ -140,3 +140,30 @@ def unannotate(func: PrimFunc, target: str | Var, key: str) -> PrimFunc:
     if isinstance(target, str):
         return replace_block(func, target, lambda b: b.replace(annotations=kept))
     return replace_loop(func, target, lambda f: f.replace(annotations=kept))
+
+
+def annotate_sparse_iteration(func: PrimFunc, name: str, key: str, value) -> PrimFunc:
+    """Attach `key: value` to the Stage I sparse iteration `name` (SparseTIR annotates sparse
+    iterations too); it prints with the iteration (`attrs={...}`) and `lower_sparse_iter` copies
+    it onto every block the iteration becomes.
+
+    It requires: a Stage I function with that iteration; a non-empty string key; a str, int,
+    float or bool value (or a tuple of them); not "atomic" or "chunk_size" (block and loop keys).
+    """
+    from ..ir.visit import map_children
+    from .sparse import find_sparse_iteration
+
+    primitive = "annotate"
+    _check_value(key, value, primitive)
+    if key in ("atomic", "chunk_size"):
+        raise ScheduleError(
+            f"in `{primitive}`: expected a block or loop for {key!r}, but got sparse iteration `{name}`"
+        )
+    target = find_sparse_iteration(func, name, primitive)
+
+    def rewrite(node):
+        if node is target:
+            return node.replace(attrs=FrozenDict({**node.attrs, key: value}))
+        return map_children(node, rewrite)
+
+    return func.replace(body=rewrite(func.body))

@@ -262,8 +262,14 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
 
     # ---------------------------------------------------------------- annotation
     def annotate(self, block_or_loop: Handle, ann_key: str, ann_val: Any) -> None:
-        """See `annotation.annotate` (`"atomic"` on a block turns its update into an atomic add)."""
-        self._update(A.annotate(self.func, _target(block_or_loop, "annotate"), ann_key, ann_val))
+        """See `annotation.annotate` (`"atomic"` on a block turns its update into an atomic add);
+        a sparse-iteration handle (Stage I) is `annotation.annotate_sparse_iteration`."""
+        from .sparse import SparseIterationRV
+
+        if isinstance(block_or_loop, SparseIterationRV):
+            self._update(A.annotate_sparse_iteration(self.func, block_or_loop.name, ann_key, ann_val))
+        else:
+            self._update(A.annotate(self.func, _target(block_or_loop, "annotate"), ann_key, ann_val))
         self._record("annotate", (block_or_loop,), (ann_key, ann_val), ())
 
     def unannotate(self, block_or_loop: Handle, ann_key: str) -> None:

@@ -289,7 +289,8 @@ class Lowering:
         if name in self.block_names:
             raise LoweringError(f"two blocks would be named `{name}`: rename one of the sparse iterations")
         self.block_names.add(name)
-        stmt: Stmt = Block(name, tuple(iter_vars), (), (), inner, init)
+        # Annotations of the sparse iteration (`sch.annotate` on its handle) go to every block it makes.
+        stmt: Stmt = Block(name, tuple(iter_vars), (), (), inner, init, annotations=FrozenDict(it.attrs))
         for loop_var, extent in reversed(loops):
             stmt = For(loop_var, IntImm(0, extent.dtype), extent, "serial", stmt)
         return stmt

@@ -18,6 +18,7 @@ import pytest
 import scipy.sparse as sps
 
 import sparsetir_py as sp
+from sparsetir_py import ir
 from sparsetir_py import script as T
 from sparsetir_py.ir.stmt import SparseIteration
 from sparsetir_py.ir.visit import walk
@@ -535,3 +536,26 @@ def test_lookups_list_what_exists():
     stage1 = sp.Schedule(f)
     with pytest.raises(sp.ScheduleError, match=r"no sparse iteration named 'csrm' .*\(it has `csrmm`\); did you mean"):
         stage1.get_sparse_iteration("csrm")
+
+
+def test_annotate_a_sparse_iteration():
+    """`sch.annotate` on a sparse-iteration handle (SparseTIR's test_get_sparse_iteration does
+    it): the attribute stays on the iteration, prints and parses back, replays from the trace,
+    and lowering copies it onto every block the iteration becomes."""
+    from sparsetir_py.ops import spmm_script
+
+    sch = sp.Schedule(spmm_script())
+    it = sch.get_sparse_iteration("csrmm")
+    sch.annotate(it, "hint", 3)
+    f = sch.mod["main"]
+    assert 'attrs={"hint": 3}' in f.script()
+    assert sp.structural_equal(sp.from_script(f.script()), f)
+    assert sp.structural_equal(sch.trace.apply(spmm_script())["main"], f)
+    lowered = sp.lower_sparse_iter(sch.mod)["main"]
+    blocks = [n for n in walk(lowered.body) if isinstance(n, ir.Block)]
+    assert {b.name for b in blocks} == {"csrmm0", "csrmm1"}
+    assert all(b.annotations.get("hint") == 3 for b in blocks)
+    with pytest.raises(sp.ScheduleError, match="expected a block or loop for 'atomic'"):
+        sch.annotate(it, "atomic", True)
+    with pytest.raises(sp.ScheduleError, match="no sparse iteration named 'nope'"):
+        sch.annotate(type(it)("nope"), "hint", 1)
