@@ -339,10 +339,18 @@ def check_buffer_axes(name: str, axes: tuple[Axis, ...], *, func: str | None = N
         if ax.parent is None:
             continue
         if pos == 0 or axes[pos - 1] is not ax.parent:
+            prev = axes[pos - 1].name if pos else None
+            why = (
+                f", but follows `{prev}`: its positions are counted from `{ax.parent.name}`'s, so `{prev}` in "
+                f"between would be ignored (every `{prev}` would see the same elements); declare `{ax.name}` under "
+                f"`{prev}` (`{ax.name} = T.{ax.kind}({prev}, ...)`) or list it right after `{ax.parent.name}`"
+                if prev is not None
+                else f", but comes first; list `{ax.parent.name}` before it"
+            )
             _fail(
                 BufferAxisOrderError,
                 func,
-                f"buffer `{name}`: axis `{ax.name}` must come right after its parent `{ax.parent.name}`",
+                f"buffer `{name}`: axis `{ax.name}` must come right after its parent `{ax.parent.name}`{why}",
             )
         chain = _ancestors(ax, func)
         if ax.is_variable and list(axes[:pos]) != chain:
@@ -1035,7 +1043,10 @@ class _FuncVerifier:
                 self.fail(
                     InitWriteError,
                     f"`{owner}` has an init but writes buffer `{s.buffer.name}` at an index that does not use "
-                    f"its spatial iterator `{v.name}` (several spatial points would share one element)",
+                    f"its spatial iterator `{v.name}`: several spatial points share one element, and each would "
+                    "initialise it again, zeroing what the points before it accumulated; initialise "
+                    f"`{s.buffer.name}` in a sparse iteration of its own, before `{owner}`, over the indices it is "
+                    f"written at, and remove the `T.init()` of `{owner}`",
                 )
 
     def check_stored_write(self, s: BufferStore | AtomicAdd) -> None:
