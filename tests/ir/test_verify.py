@@ -363,7 +363,10 @@ def test_check_iteration_axes_standalone():
 
 def test_check_buffer_axes_standalone_message():
     s = Csrmm1()
-    with pytest.raises(BufferAxisOrderError, match=r"^buffer `A2`: axis `J` must come right after its parent `I`$"):
+    with pytest.raises(
+        BufferAxisOrderError,
+        match=r"^buffer `A2`: axis `J` must come right after its parent `I`, but comes first; list `I` before it$",
+    ):
         check_buffer_axes("A2", (s.J, s.I))
 
 
