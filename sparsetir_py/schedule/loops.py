@@ -408,7 +408,36 @@ def reorder(func: PrimFunc, loops: Sequence[Var]) -> PrimFunc:
     order = list(nest)
     for pos, v in zip(given, loops):
         order[pos] = by_var[id(v)]
+    _keep_init_first(nest, order, primitive)
     body = nest[-1].body
     for f in reversed(order):
         body = f.replace(body=body)
     return replace_stmt(func, nest[0], body)
+
+
+def _keep_init_first(nest: list[For], order: list[For], primitive: str) -> None:
+    """Refuse an order in which a block's `T.init()` would no longer run at the first reduction step
+    of each spatial point. It runs where every reduction iterator is 0; that step comes first as long
+    as each spatial point's steps run in increasing reduction order. Loops bound only to reduction
+    iterators (or only to spatial ones) may take any order; loops that one spatial and one reduction
+    binding share (after `fuse(j, k)`, say) may not: reordering the two halves of a split of such a
+    loop visits `vj = 3` of some `vk` before its `vj = 0`, whose init then zeroes the sum."""
+    position = {id(f.loop_var): k for k, f in enumerate(order)}
+    for block in blocks_under(nest[-1].body):
+        if block.init is None:
+            continue
+        uses = [(iv, {id(n) for n in walk(iv.value) if id(n) in position}) for iv in block.iter_vars]
+        spatial = set().union(*(u for iv, u in uses if iv.kind == "S"))
+        reduce = set().union(*(u for iv, u in uses if iv.kind == "R"))
+        shared = spatial & reduce
+        if not shared:
+            continue
+        tied = set().union(*(u for _, u in uses if u & shared))
+        before = [f.loop_var.name for f in nest if id(f.loop_var) in tied]
+        after = [f.loop_var.name for f in order if id(f.loop_var) in tied]
+        if before != after:
+            raise ScheduleError(
+                f"in `{primitive}`: block `{block.name}` has an init and binds spatial and reduction "
+                f"iterators to shared loops ({', '.join(before)}); reordering them would run some reduction "
+                "steps before the init zeroes the element: keep their order (or decompose_reduction first)"
+            )

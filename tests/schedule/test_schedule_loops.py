@@ -485,6 +485,29 @@ def test_reorder_fail_dependent_extent(toy):
     unchanged(sch, lambda: sch.reorder(j2, i2), "in `reorder`: expected loops whose range does not depend")
 
 
+def test_reorder_fail_init_would_run_late(csrmm2):
+    """fuse(j, k) binds vj and vk to one loop; with its split halves swapped, some vk visits vj = 3
+    before vj = 0, whose init would zero the partial sum (a CPU kernel returned wrong rows)."""
+    sch = sp.Schedule(csrmm2)
+    j, k = sch.get_loops(sch.get_block("csrmm1"))
+    f = sch.fuse(j, k)
+    outer, inner = sch.split(f, [None, 4])
+    unchanged(sch, lambda: sch.reorder(inner, outer), "in `reorder`: block `csrmm1` has an init and binds spatial")
+
+
+def test_reorder_of_shared_loops_after_decompose_reduction(csrmm2):
+    """Without an init in the block, the same order is allowed and the sum stays right."""
+    sch = VerifyingSchedule(csrmm2)
+    b = sch.get_block("csrmm1")
+    j, k = sch.get_loops(b)
+    sch.decompose_reduction(b, j)
+    f = sch.fuse(j, k)
+    outer, inner = sch.split(f, [None, 4])
+    sch.reorder(inner, outer)
+    check(sch, csrmm2)
+    run_spmm(sch.mod, random_csr())
+
+
 # ---------------------------------------------------------------- handles
 def test_handles_survive_primitives_that_keep_their_object(csrmm2):
     """Loop handles are loop variables and block handles are names: they stay valid across
