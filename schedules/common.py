@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
+from sparsetir_py.ir.axis import DENSE_FIXED, Axis
 from sparsetir_py.ir.expr import BufferLoad, Var
-from sparsetir_py.ir.stmt import Block, For, SeqStmt
+from sparsetir_py.ir.stmt import Block, For, SeqStmt, SparseIteration
 from sparsetir_py.ir.visit import walk
 from sparsetir_py.schedule import LoopRV, Schedule
 
@@ -27,52 +30,139 @@ def bind_row_search(sch: Schedule, block: str, threads: int = 256) -> None:
     sch.bind(inner, "threadIdx.x")
 
 
-def parts_cpu(sch: Schedule) -> None:
-    """CPU schedule of any format decomposition (`sp.decompose_format`): in every top-level loop
-    nest (the init, then one nest per part), the outermost loop bound to a spatial block iterator
-    runs in parallel; everything else stays as lowering made it.
+@functools.cache
+def parts(target: str, shared_rows: bool = True, threads: int = 32, rows_per_block: int = 4):
+    """The schedule of any format decomposition (`sp.decompose_format`: ELL buckets, hyb, BSR,
+    padding) for `target`, as a schedule function with its Stage I step (`.stage1`).
 
-    A spatial iterator's points write distinct outputs, so that loop is safe to parallelise: a
-    BSR part's block rows, the rows of one layer of a hyb/ELL part (its layer loop is a reduction:
-    a split row appears once per layer), the rows of the init. Parts run one after another, so
-    parts that share rows (column partitions) never race."""
+    `shared_rows` says whether two parts (or two layers of one part) may write one output row:
+    column partitions, or a row longer than the largest bucket split over layers. The default
+    (True) is always correct; `sp.ops` passes False when the conversion shows that no row is
+    shared, which lets parts run together without atomic updates.
+
+    Stage I (`fuse_layers_and_rows`): a part's layers and rows become one loop over its rows of
+    all layers (extent `nrows`, known at launch), which threads can split - on the CPU only where
+    rows are not shared (else its layers stay a serial loop around parallel rows) or where the
+    part's output is its own (SDDMM). Stage II, per top-level nest:
+
+    - CUDA, a part with fused rows: rows to `threadIdx.y` (`rows_per_block` per thread block) and
+      `blockIdx.x`, features split by `threads` across `threadIdx.x` (a warp reads consecutive
+      columns of B: coalesced), the row's slots serial; its update atomic when rows are shared,
+      else annotated `disjoint_writes` (SparseTIR's hyb schedule).
+    - CPU, a part with fused rows: the rows loop parallel (annotated `disjoint_writes` for SpMM).
+    - A row search (`<part>_fuse_search`): CUDA one row per thread, 256 per block; CPU parallel.
+    - Any other nest (the output's init, a BSR part, a part whose layers stay serial): the
+      outermost loop bound to a spatial block iterator goes to `blockIdx.x` (CUDA, when its extent
+      is known at launch) or runs in parallel (CPU); on CUDA the innermost such loop (features) is
+      split by `threads` across `threadIdx.x`.
+
+    `horizontal_fusion` (run by `sp.compile`) then gives: the init and the searches in one
+    launch / parallel loop, the parts in another, whatever the number of parts.
+    """
+    if target not in ("cpu", "cuda"):
+        raise ValueError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
+    fuse_reductions = target == "cuda" or not shared_rows
+
+    def stage1(sch: Schedule) -> None:
+        fuse_layers_and_rows(sch, reductions=fuse_reductions)
+
+    def schedule(sch: Schedule) -> None:
+        func = sch.mod["main"]
+        nests = func.body.stmts if isinstance(func.body, SeqStmt) else (func.body,)
+        scalars = {p for p in func.params if p.dtype != "handle"}
+        for nest in nests:
+            blocks = [n for n in walk(nest) if isinstance(n, Block)]
+            if len(blocks) == 1 and blocks[0].name.endswith("_fuse_search"):
+                if target == "cuda":
+                    bind_row_search(sch, blocks[0].name)
+                else:
+                    sch.parallel(sch.get_loops(sch.get_block(blocks[0].name))[0])
+                continue
+            rows = _fused_rows_loop(nest, scalars)
+            if rows is not None and len(blocks) == 1:
+                _schedule_fused_part(sch, blocks[0].name, rows, target, shared_rows, threads, rows_per_block)
+                continue
+            _schedule_nest(sch, nest, scalars, target, threads)
+
+    schedule.stage1 = stage1
+    schedule.__name__ = schedule.__qualname__ = f"parts_{target}" + ("" if shared_rows else "_disjoint")
+    schedule.__doc__ = parts.__doc__
+    return schedule
+
+
+def fuse_layers_and_rows(sch: Schedule, reductions: bool = True) -> None:
+    """Stage I: in every part (a sparse iteration without init) whose first two iterators walk a
+    dense root and its child (an ELL/hyb part's layers and rows), fuse the two into one iterator
+    over the part's rows of all layers; lowering adds a search for each row's layer (block
+    `<part>_fuse_search`). Where the layers are a reduction (SpMM: a split row appears once per
+    layer) only with `reductions`."""
     func = sch.mod["main"]
-    nests = func.body.stmts if isinstance(func.body, SeqStmt) else (func.body,)
-    for nest in nests:
-        loop = _outermost_spatial_loop(nest)
-        if loop is not None:
-            sch.parallel(LoopRV(loop))
-
-
-def _outermost_spatial_loop(nest) -> Var | None:
-    """The first loop (pre-order) whose variable a block binds to a spatial iterator."""
-    loops = _spatial_loops(nest)
-    return loops[0].loop_var if loops else None
-
-
-def parts_cuda(sch: Schedule, threads: int = 32) -> None:
-    """CUDA schedule of any format decomposition: every top-level nest (the init, then one nest
-    per part) is a launch of its own, so parts that share rows never race. In each nest, the
-    outermost loop bound to a spatial block iterator goes to `blockIdx.x` when its extent is known
-    at launch (BSR's block rows, the init's rows), and the innermost such loop (the features) is
-    split by `threads` across `threadIdx.x`, so that a warp reads consecutive columns of B.
-
-    A hyb/ELL part's rows lie under its layer loop (a reduction, with a row count per layer read
-    from the structure), so there the rows stay a serial loop of one thread block: correct, but
-    one block per part; `horizontal_fusion` and tuned hyb schedules are the next step."""
-    func = sch.mod["main"]
-    nests = func.body.stmts if isinstance(func.body, SeqStmt) else (func.body,)
-    scalars = {p for p in func.params if p.dtype != "handle"}
-    for nest in nests:
-        spatial = _spatial_loops(nest)
-        if not spatial:
+    for it in [n for n in walk(func.body) if isinstance(n, SparseIteration)]:
+        if it.init is not None or len(it.axes) < 2:
             continue
-        outer, inner = spatial[0], spatial[-1]
-        if inner is not outer or not _launch_computable(outer.extent, scalars):
-            _, lanes = sch.split(LoopRV(inner.loop_var), [None, threads])
-            sch.bind(lanes, "threadIdx.x")
-        if _launch_computable(outer.extent, scalars):
-            sch.bind(LoopRV(outer.loop_var), "blockIdx.x")
+        # "RS": SpMM over an ELL part (layers reduce, rows are outputs); "SS": SDDMM, whose parts
+        # write their own outputs (the fused loop walks all of a part's slots or blocks). "SR" (a
+        # BSR part's block rows and their blocks in SpMM): the root is the unit already.
+        if it.kinds[:2] not in ("RS", "SS") or (it.kinds[:2] == "RS" and not reductions):
+            continue
+        first, second = it.axes[0], it.axes[1]
+        if not (isinstance(first, Axis) and isinstance(second, Axis)):
+            continue
+        if first.kind != DENSE_FIXED or first.parent is not None or second.parent is not first:
+            continue
+        rv = sch.get_sparse_iteration(it.name)
+        o, i, *_ = sch.get_sp_iters(rv)
+        sch.sparse_fuse(rv, [o, i])
+
+
+def _schedule_fused_part(sch, name, rows, target, shared_rows, threads, rows_per_block) -> None:
+    block = sch.get_block(name)
+    node = next(n for n in walk(rows) if isinstance(n, Block))
+    reduce_rows = any(iv.kind == "R" and iv.value is rows.loop_var for iv in node.iter_vars)
+    if reduce_rows:
+        sch.annotate(block, "atomic" if shared_rows else "disjoint_writes", True)
+    loops = sch.get_loops(block)
+    if target == "cpu":
+        sch.parallel(loops[0])
+        return
+    outer, inner = sch.split(loops[0], [None, rows_per_block])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.y")
+    spatial = _spatial_loops(rows)
+    if spatial and spatial[-1] is not rows:
+        _, lanes = sch.split(LoopRV(spatial[-1].loop_var), [None, threads])
+        sch.bind(lanes, "threadIdx.x")
+
+
+def _schedule_nest(sch, nest, scalars, target, threads) -> None:
+    spatial = _spatial_loops(nest)
+    if not spatial:
+        return
+    outer, inner = spatial[0], spatial[-1]
+    if target == "cpu":
+        sch.parallel(LoopRV(outer.loop_var))
+        return
+    if inner is not outer or not _launch_computable(outer.extent, scalars):
+        _, lanes = sch.split(LoopRV(inner.loop_var), [None, threads])
+        sch.bind(lanes, "threadIdx.x")
+    if _launch_computable(outer.extent, scalars):
+        sch.bind(LoopRV(outer.loop_var), "blockIdx.x")
+
+
+parts_cpu = parts("cpu")
+parts_cuda = parts("cuda")
+
+
+def _fused_rows_loop(nest, scalars) -> For | None:
+    """The nest's outermost loop when it walks a part's fused layers and rows (lowering names the
+    loop after both iterators, and its extent, the part's row count, is a scalar)."""
+    if not isinstance(nest, For) or not _launch_computable(nest.extent, scalars):
+        return None
+    blocks = [n for n in walk(nest) if isinstance(n, Block)]
+    if len(blocks) != 1 or blocks[0].init is not None:
+        return None
+    bound = [iv for iv in blocks[0].iter_vars if iv.value is nest.loop_var]
+    return nest if bound and _spatial_loops(nest) else None
 
 
 def _spatial_loops(nest) -> list[For]:

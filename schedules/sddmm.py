@@ -49,6 +49,24 @@ def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
     fuse_rows_and_nonzeros(sch, "sddmm")
 
 
+def csr_cpu_nonzeros(sch: Schedule, chunk: int = 256) -> None:
+    """(i, j) fused into one loop over the nonzeros, in parallel in chunks of `chunk` nonzeros:
+    the work per thread does not depend on row lengths, so a row holding a third of the
+    nonzeros (an arrowhead matrix, a hub of a power-law graph) is shared by all threads. Each
+    nonzero's row comes from a parallel search over indptr first (block `sddmm_fuse_search`); the
+    dot product runs in a register as in `csr_cpu_rows`."""
+    (p,) = sch.get_loops(sch.get_block("sddmm_fuse_search"))
+    sch.parallel(p)
+    block = sch.get_block("sddmm0")
+    ij, k = sch.get_loops(block)
+    sch.decompose_reduction(block, k)
+    sch.parallel(ij)
+    sch.annotate(ij, "chunk_size", chunk)
+
+
+csr_cpu_nonzeros.stage1 = _fuse_rows_and_nonzeros
+
+
 def csr_cuda_rows(sch: Schedule, threads: int = 32) -> None:
     """One row per thread block, the row's nonzeros across `threadIdx.x`."""
     (i,) = sch.get_loops(sch.get_block("sddmm0"))
@@ -110,6 +128,7 @@ SCHEDULES = {
     "csr_cpu_rows": csr_cpu_rows,
     "csr_cpu_rows_balanced": csr_cpu_rows_balanced,
     "csr_cpu_rows_dot8": csr_cpu_rows_dot8,
+    "csr_cpu_nonzeros": csr_cpu_nonzeros,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_fused_warp": csr_cuda_fused_warp,
     "csr_cuda_fused_rfactor": csr_cuda_fused_rfactor,

@@ -20,6 +20,7 @@ from .schedule import Schedule
 from .transform import (
     compact_buffers,
     hoist_loop_invariants,
+    horizontal_fusion,
     lower_sparse_buffer,
     lower_sparse_iter,
     promote_accumulators,
@@ -83,6 +84,8 @@ def compile(
     # Loads of read-only buffers move out of the loops that do not change them (Numba arrays carry
     # no aliasing information, so LLVM would reload them on every iteration).
     mod = hoist_loop_invariants(mod)
+    # The parts of a decomposed function share one launch (CUDA) / one parallel loop (CPU).
+    mod = horizontal_fusion(mod, only_marked=True)
     _debug(f"Stage III, {target} passes", mod)
     # Stage III -> Python source -> Numba kernel (compiled lazily, cached on disk).
     return build(mod, target)

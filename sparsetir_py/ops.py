@@ -558,14 +558,28 @@ def _converted(module, csr, params: dict, dtype: str, idtype: str):
     return result
 
 
-def _parts_kernel(op: str, module, params: dict, rules, dname: str, idtype: str, target: str, feat: int, schedule):
+def _shares_rows(rules, structure: dict) -> bool:
+    """Whether two parts, or two layers of one part, may hold the same row of A: False only when
+    every part lists its rows (`rows_<rule>`, as ELL/hyb parts do) and no row id repeats."""
+    rows = [structure.get(f"rows_{r.name}") for r in rules]
+    if any(not isinstance(r, np.ndarray) for r in rows):
+        return True
+    ids = np.concatenate([r.reshape(-1) for r in rows]) if rows else np.zeros(0, np.int64)
+    return len(np.unique(ids)) != len(ids)
+
+
+def _parts_kernel(
+    op: str, module, params: dict, rules, structure: dict, dname: str, idtype: str, target: str, feat: int, schedule
+):
     """The kernel of `op` decomposed by `rules` (the computation alone), compiled once per
     format, parameters, dtypes, target, schedule (and width on CUDA). An SDDMM's output moves to
     the parts' formats too."""
     from .transform import decompose_format, remove_preprocess
 
     if schedule is None:
-        schedule = "hyb_cpu" if target == "cpu" else "hyb_cuda"
+        from schedules.common import parts
+
+        schedule = parts(target, shared_rows=_shares_rows(rules, structure))
     schedule = _resolve_schedule(op, target, schedule)
     key = (op, id(module), repr(sorted(params.items())), tuple(r.name for r in rules), dname, idtype, target,
            feat if target == "cuda" else None, schedule)  # fmt: skip
@@ -617,7 +631,7 @@ def _spmm_parts(A, B, module, target: str, schedule, params: dict) -> np.ndarray
     feat = B.shape[1]
     dname, idtype = _DTYPE_NAMES[dtype], _DTYPE_NAMES[csr.indices.dtype]
     rules, structure, gathers = _converted(module, csr, params, dname, idtype)
-    kernel = _parts_kernel("spmm", module, params, rules, dname, idtype, target, feat, schedule)
+    kernel = _parts_kernel("spmm", module, params, rules, structure, dname, idtype, target, feat, schedule)
     values = _part_values(csr, dtype, gathers)
     C = np.empty((m, feat), dtype=dtype)
     args = {"b": B, "c": C, "m": m, "n": n, "feat": feat, **structure, **values}
@@ -657,7 +671,7 @@ def _sddmm_parts(A, X, Y, module, target: str, schedule, params: dict) -> scipy.
     feat = X.shape[1]
     dname, idtype = _DTYPE_NAMES[dtype], _DTYPE_NAMES[csr.indices.dtype]
     rules, structure, gathers = _converted(module, csr, params, dname, idtype)
-    kernel = _parts_kernel("sddmm", module, params, rules, dname, idtype, target, feat, schedule)
+    kernel = _parts_kernel("sddmm", module, params, rules, structure, dname, idtype, target, feat, schedule)
     values = _part_values(csr, dtype, gathers)
     outputs = {"c" + name[1:]: np.empty(where.shape, dtype) for name, where in gathers.items()}
     args = {"x": X, "y": Y, "m": m, "n": n, "feat": feat, **structure, **values, **outputs}

@@ -398,7 +398,7 @@ def check_iteration_axes(
         if not isinstance(ia, Axis | FusedAxis | AttachedAxis):
             _fail(SparseIterationError, func, f"{where}: entry {pos} is a {type(ia).__name__}, not an axis")
         if isinstance(ia, FusedAxis):
-            _check_fused(where, axes, kinds, pos, func)
+            _check_fused(where, axes, kinds, pos, func, has_init)
         if isinstance(ia, AttachedAxis):
             _check_attached(where, ia, func)
         ax = base_axis(ia)
@@ -426,7 +426,9 @@ def check_iteration_axes(
         _check_init_dependence(where, axes, kinds, position, func)
 
 
-def _check_fused(where: str, axes: tuple[IterAxis, ...], kinds: str, pos: int, func: str | None) -> None:
+def _check_fused(
+    where: str, axes: tuple[IterAxis, ...], kinds: str, pos: int, func: str | None, has_init: bool = True
+) -> None:
     fa = axes[pos]
     group = fa.group
     if not group or not 0 <= fa.index < len(group) or not all(isinstance(a, Axis) for a in group):
@@ -452,12 +454,14 @@ def _check_fused(where: str, axes: tuple[IterAxis, ...], kinds: str, pos: int, f
                 f"{where}: in fused group {_names(group)}, the parent of `{member.name}` must be `{prev.name}`",
             )
     run_kinds = kinds[pos : pos + len(group)]
-    if "RS" in run_kinds:
+    # Without an init (a decomposed part: the output was initialised before it) a reduction member
+    # may come first; with one, the init would run after some of its reduction steps.
+    if "RS" in run_kinds and has_init:
         _fail(
             SparseIterationError,
             func,
             f'{where}: fused axes {_names(group)} have kinds "{run_kinds}"; a fused group takes spatial members '
-            "then reduction members (a spatial member cannot follow a reduction one)",
+            "then reduction members when the iteration has an init (a spatial member cannot follow a reduction one)",
         )
 
 

@@ -24,7 +24,7 @@ from ..errors import ScheduleError
 from ..ir.expr import BinOp, BufferLoad, Var
 from ..ir.func import PrimFunc
 from ..ir.node import FrozenDict
-from ..ir.stmt import AtomicAdd, Block, BufferStore
+from ..ir.stmt import AtomicAdd, Block, BufferStore, IfThenElse
 from ..transform.region import annotate_regions
 from .state import find_block, find_loop, replace_block, replace_loop
 
@@ -50,19 +50,30 @@ def atomic_update(block: Block, primitive: str = "annotate") -> Block:
             f'in `{primitive}`: expected a block without T.init() for "atomic", but `{block.name}` has one '
             "(decompose_reduction first: threads would re-initialise what others accumulate into)"
         )
-    s = block.body
+    body = _atomic(block.body)
+    if body is None:
+        s = block.body
+        raise ScheduleError(
+            f"in `{primitive}`: expected a block whose body is one update `C[...] = C[...] + ...` (under `if`s with "
+            f'no else) for "atomic", but `{block.name}` has a {type(s).__name__}'
+        )
+    return block.replace(body=body)
+
+
+def _atomic(s):
+    """`s` with its one update as an atomic add (a guard `if c:` around it stays), else None."""
     if isinstance(s, AtomicAdd):
-        return block
+        return s
+    if isinstance(s, IfThenElse) and s.else_case is None:
+        inner = _atomic(s.then_case)
+        return None if inner is None else s.replace(then_case=inner)
     if isinstance(s, BufferStore) and isinstance(s.value, BinOp) and s.value.op == "+":
         here = BufferLoad(s.buffer, s.indices)
         if s.value.a == here:
-            return block.replace(body=AtomicAdd(s.buffer, s.indices, s.value.b))
+            return AtomicAdd(s.buffer, s.indices, s.value.b)
         if s.value.b == here:
-            return block.replace(body=AtomicAdd(s.buffer, s.indices, s.value.a))
-    raise ScheduleError(
-        f'in `{primitive}`: expected a block whose body is one update `C[...] = C[...] + ...` for "atomic", '
-        f"but `{block.name}` has a {type(s).__name__}"
-    )
+            return AtomicAdd(s.buffer, s.indices, s.value.a)
+    return None
 
 
 def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:

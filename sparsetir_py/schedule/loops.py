@@ -71,11 +71,14 @@ def _starts_at_zero(loop: For, primitive: str) -> None:
 
 def carries_reduction(loop: For) -> bool:
     """Some block under `loop` binds a reduction iterator to an expression of the loop variable,
-    and is not annotated "atomic" (its updates are then atomic adds, see `annotation.annotate`)."""
+    and is not annotated "atomic" (its updates are then atomic adds, see `annotation.annotate`) or
+    "disjoint_writes" (the schedule's promise that the iterations write distinct elements: an ELL
+    part's layers and rows, fused, when no row is split over layers)."""
     for block in blocks_under(loop.body):
+        promised = block.annotations.get("atomic", False) or block.annotations.get("disjoint_writes", False)
         for iv in block.iter_vars:
             uses_loop = any(n is loop.loop_var for n in walk(iv.value))
-            if iv.kind == "R" and uses_loop and not block.annotations.get("atomic", False):
+            if iv.kind == "R" and uses_loop and not promised:
                 return True
     return False
 

@@ -279,10 +279,14 @@ def sparse_fuse(func: PrimFunc, name: str, iters: Sequence[IterRef]) -> PrimFunc
                 f"{parent}, not `{prev.name}`"
             )
     kinds = "".join(it.kinds[p] for p in pos)
-    if "RS" in kinds:
+    # A reduction before a spatial iterator fuses into one reduction when the iteration has no
+    # init (a part of a decomposed function: the output was initialised before it), as SparseTIR's
+    # hyb schedule fuses an ELL part's layers and rows; with an init, the fused order would run it
+    # after some of its reduction steps.
+    if "RS" in kinds and it.init is not None:
         raise ScheduleError(
             f"in `sparse_fuse`: expected spatial iterators first, then reduction ones, but [{_var_names(group_vars)}] "
-            f'have kinds "{kinds}"'
+            f'have kinds "{kinds}" and `{name}` has an init'
         )
     group = tuple(axes)
     new_axes = list(it.axes)

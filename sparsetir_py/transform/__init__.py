@@ -2,12 +2,13 @@
 
 Stage I -> I: `decompose_format` (composable formats). Stage I -> II: `lower_sparse_iter`.
 Stage II -> III: `lower_sparse_buffer`. Stage III target passes (run by `sp.compile` before
-`sp.build`): `compact_buffers`, `promote_accumulators` (CPU), `hoist_loop_invariants`.
+`sp.build`): `compact_buffers`, `promote_accumulators` (CPU), `hoist_loop_invariants`, `horizontal_fusion`.
 """
 
 from .compact_buffers import compact_buffers
 from .decompose_format import decompose_format, extract_preprocess, format_decompose, remove_preprocess
 from .hoist_invariants import hoist_loop_invariants, promote_accumulators
+from .horizontal_fusion import horizontal_fusion
 from .lower_sparse_buffer import lower_sparse_buffer
 from .lower_sparse_iter import lower_sparse_iter
 
@@ -17,6 +18,7 @@ __all__ = [
     "extract_preprocess",
     "format_decompose",
     "hoist_loop_invariants",
+    "horizontal_fusion",
     "lower_sparse_buffer",
     "lower_sparse_iter",
     "promote_accumulators",

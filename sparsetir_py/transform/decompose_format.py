@@ -48,6 +48,7 @@ from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, BufferStore, IfThenElse, SeqStmt, SparseIteration, Stmt, seq
 from ..ir.verify import verify_cached
 from ..ir.visit import post_order_rewrite, substitute, walk
+from .horizontal_fusion import FUSE_ATTR
 
 PREPROCESS = "preprocess"
 
@@ -163,7 +164,9 @@ class _Decomposition:
             axes += part.axes.values()
             buffers += part.buffers.values()
         body = seq(*copies, body) if include_copies else body
-        return func.replace(params=tuple(params), axes=tuple(axes), buffers=tuple(buffers), body=body)
+        # One nest per part: `sp.compile` fuses them horizontally (transform/horizontal_fusion.py).
+        attrs = FrozenDict({**func.attrs, FUSE_ATTR: True})
+        return func.replace(params=tuple(params), axes=tuple(axes), buffers=tuple(buffers), body=body, attrs=attrs)
 
     def rewrite(self, s: Stmt) -> Stmt:
         if isinstance(s, SeqStmt):

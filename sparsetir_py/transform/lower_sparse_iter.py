@@ -206,7 +206,7 @@ class Lowering:
             if isinstance(ia, FusedAxis):
                 n = len(ia.group)
                 kinds = it.kinds[k : k + n]
-                if "RS" in kinds:
+                if "RS" in kinds and it.init is not None:
                     raise LoweringError(
                         f'sparse iteration `{it.name}`: a fused group of kinds "{kinds}" has a spatial member after '
                         "a reduction one, which cannot be lowered"
