@@ -50,6 +50,7 @@ from ..ir.stmt import (
     LetStmt,
     SeqStmt,
     Stmt,
+    While,
 )
 
 PREC_IFEXP = 0  # `a if c else b` binds looser than `or`
@@ -206,6 +207,7 @@ class Renderer:
         AtomicAdd: "stmt_atomic_add",
         Evaluate: "stmt_evaluate",
         IfThenElse: "stmt_if",
+        While: "stmt_while",
         For: "stmt_for",
         Block: "stmt_block",
         Allocate: "stmt_allocate",
@@ -567,6 +569,12 @@ class Renderer:
         self.line("else:")
         with self.indented():
             self.stmt_body(s.else_case)
+
+    def stmt_while(self, s: While) -> None:
+        # A Python `while`: Numba compiles it on both targets (on CUDA each thread runs its own).
+        self.line(f"while {self.expr(s.condition)}:")
+        with self.indented():
+            self.stmt_body(s.body)
 
     def stmt_for(self, s: For) -> None:
         if is_launch_loop(s):

@@ -28,7 +28,15 @@ INT32_MAX = 2**31 - 1
 
 
 def storage_shape(buf: SparseBuffer) -> tuple[PrimExpr, ...]:
-    """(nnz of the last sparse/variable axis, *trailing extents), or the dense shape."""
+    """(nnz of the last sparse/variable axis, *trailing extents), or the dense shape; with
+    `extra_storage` (one-dimensional storage only, as the verifier checks) that many more."""
+    shape = _axes_storage_shape(buf)
+    if buf.extra_storage is None:
+        return shape
+    return (mk.add(shape[0], mk.cast(shape[0].dtype, buf.extra_storage)), *shape[1:])
+
+
+def _axes_storage_shape(buf: SparseBuffer) -> tuple[PrimExpr, ...]:
     last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
     if last is None:
         return tuple(a.length for a in buf.axes)

@@ -12,8 +12,10 @@ Stage II access to a sparse buffer is in position space (`A[vi, vj]`: row `vi`, 
 within it), and the interpreter finds the element itself, level by level, from the axes' own
 data: a dense level multiplies by its length, a fixed sparse level by its `nnz_cols`, a variable
 level starts at `indptr[parent offset]`; every position is checked against its level's extent
-in its row (a stricter check than the flat size). Flat buffers of several dimensions go through
-their layout's `linear_index`.
+in its row (a stricter check than the flat size), except the last one of a buffer with
+`extra_storage`, which SparseTIR reads by flat position (`K_indptr[vi, vj + 1]`). Flat buffers
+of several dimensions go through their layout's `linear_index`. A `while` loop whose iteration
+changes no buffer element would never end: an `InterpretError`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.eval import eval_int
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.func import PrimFunc
+from ..ir.printer import ScriptPrinter
 from ..ir.stmt import (
     Allocate,
     AtomicAdd,
@@ -41,6 +44,7 @@ from ..ir.stmt import (
     LetStmt,
     SeqStmt,
     Stmt,
+    While,
 )
 
 SCALAR_CALLS = {
@@ -74,6 +78,7 @@ class LoopInterpreter:
         self.env: dict[Var, object] = dict(bound.scalars)
         self.data: dict[FlatBuffer, np.ndarray] = dict(bound.buffers)
         self.axes: dict[Axis, AxisData] = dict(bound.axes)
+        self.changes = 0  # stores and atomic adds that changed an element (a `while` loop's progress)
 
     # ---------------------------------------------------------------- expressions
     def ev(self, e: PrimExpr):
@@ -202,12 +207,13 @@ class LoopInterpreter:
                 if not 0 <= off < len(data.indptr) - 1:
                     raise InterpretError(f"`{buf.name}`: row {off} of axis `{axis.name}` does not exist")
                 base, extent = int(data.indptr[off]), int(data.indptr[off + 1] - data.indptr[off])
-            if not 0 <= p < extent:
+            last = axis is buf.axes[-1]
+            if not 0 <= p < extent and not (last and buf.extra_storage is not None and p >= 0):
                 raise InterpretError(
                     f"`{buf.name}` accessed at position {p} of axis `{axis.name}`, outside [0, {extent}) in its row"
                 )
             off = base + p
-        return off
+        return off  # with extra_storage, the last position may run past its row (checked against the storage)
 
     # ---------------------------------------------------------------- statements
     def run(self, s: Stmt | None) -> None:
@@ -225,10 +231,16 @@ class LoopInterpreter:
             self.run_block(s)
         elif isinstance(s, BufferStore):
             arr, k = self.element(s.buffer, s.indices)
-            arr[k] = self.ev(s.value)
+            value = self.ev(s.value)
+            self.changes += bool(arr[k] != value)
+            arr[k] = value
         elif isinstance(s, AtomicAdd):
             arr, k = self.element(s.buffer, s.indices)
-            arr[k] += self.ev(s.value)
+            value = self.ev(s.value)
+            self.changes += bool(value != 0)
+            arr[k] += value
+        elif isinstance(s, While):
+            self.run_while(s)
         elif isinstance(s, IfThenElse):
             self.run(s.then_case if self.ev(s.condition) else s.else_case)
         elif isinstance(s, Allocate):
@@ -242,6 +254,20 @@ class LoopInterpreter:
         else:
             raise InterpretError(f"`{type(s).__name__}` is not a Stage II or III statement")
 
+    def run_while(self, s: While) -> None:
+        """`while condition: body`. The loop binds nothing and variables are bound once, so an
+        iteration that changes no buffer element leaves everything as it found it: every later
+        iteration would be the same, and the loop would never end (a kernel would hang). That is
+        an `InterpretError` here, at the first such iteration."""
+        while self.ev(s.condition):
+            before = self.changes
+            self.run(s.body)
+            if self.changes == before:
+                raise InterpretError(
+                    f"`while {ScriptPrinter().expr(s.condition)}`: an iteration changed no buffer element, so "
+                    "every later iteration is the same and the loop never ends"
+                )
+
     def allocate(self, buf: FlatBuffer | SparseBuffer) -> None:
         if isinstance(buf, SparseBuffer):  # block-local sparse scratch: the stored size of its levels
             last = max((k for k, a in enumerate(buf.axes) if a.kind != DENSE_FIXED), default=None)
@@ -249,6 +275,8 @@ class LoopInterpreter:
             size = (1 if last is None else self.axes[buf.axes[last]].n_pos) * math.prod(
                 self.axes[a].length for a in dense
             )
+            if buf.extra_storage is not None:
+                size += self.ev(buf.extra_storage)
             self.data[buf] = np.zeros(size, dtype=buf.dtype)
             return
         size = 1

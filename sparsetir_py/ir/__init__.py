@@ -47,6 +47,7 @@ from .stmt import (
     SeqStmt,
     SparseIteration,
     Stmt,
+    While,
     seq,
 )
 
@@ -92,6 +93,7 @@ __all__ = [
     "Stmt",
     "UnaryOp",
     "Var",
+    "While",
     "as_expr",
     "base_axis",
     "const",

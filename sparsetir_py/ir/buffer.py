@@ -17,7 +17,10 @@ class SparseBuffer(Node):
     """Values over `axes`, stored in the order the axes define. Compared by identity.
 
     `data` is the handle parameter (`T.match_sparse_buffer`) or None for `T.alloc_sparse_buffer`.
-    Reading a coordinate the structure does not store gives `default_value`.
+    Reading a coordinate the structure does not store gives `default_value`. `extra_storage`
+    (SparseTIR's field) is a number of elements stored after the axes' own, for a buffer whose
+    storage is one-dimensional: Stage II reaches them by flat position (`J_indptr` over `[I]`
+    with `extra_storage=1` holds `m + 1` values and is read at `vi + 1`).
     """
 
     # Identity, not value: two declarations with equal fields are different objects.
@@ -31,6 +34,7 @@ class SparseBuffer(Node):
     default_value: int | float = 0
     scope: str = "global"
     value_range: tuple[PrimExpr, PrimExpr] | None = None  # a hint: every stored value lies in [lo, hi]
+    extra_storage: PrimExpr | None = None
 
     @property
     def ndim(self) -> int:

@@ -30,6 +30,7 @@ from .stmt import (
     SeqStmt,
     SparseIteration,
     Stmt,
+    While,
 )
 
 HEADER = "from sparsetir_py import script as T\n"
@@ -270,16 +271,23 @@ class ScriptPrinter:
 
     def buffer_decl(self, b) -> str:
         if isinstance(b, SparseBuffer):
+            extra = "" if b.extra_storage is None else f", extra_storage={self.expr(b.extra_storage)}"
             if b.data is None:
-                return f'T.alloc_sparse_buffer({self.axes_tuple(b.axes)}, "{b.dtype}", "{b.scope}")'
+                return (
+                    f'T.alloc_sparse_buffer({self.axes_tuple(b.axes)}, "{b.dtype}", "{b.scope}"{extra}'
+                    f"{self.value_range_kw(b)})"
+                )
             default = "" if b.default_value == 0 else f", default_value={b.default_value!r}"
             return (
                 f'T.match_sparse_buffer({self.var(b.data)}, {self.axes_tuple(b.axes)}, "{b.dtype}"'
-                f"{default}{self.value_range_kw(b)})"
+                f"{default}{self.value_range_kw(b)}{extra})"
             )
         scope = "" if b.scope == "global" else f', scope="{b.scope}"'
         if b.data is None:
-            return f'T.alloc_buffer({self.shape_tuple(b.shape)}, "{b.dtype}"{scope}{self.layout_kw(b)})'
+            return (
+                f'T.alloc_buffer({self.shape_tuple(b.shape)}, "{b.dtype}"{scope}{self.layout_kw(b)}'
+                f"{self.value_range_kw(b)})"
+            )
         return (
             f'T.match_buffer({self.var(b.data)}, {self.shape_tuple(b.shape)}, "{b.dtype}"{scope}'
             f"{self.layout_kw(b)}{self.value_range_kw(b)})"
@@ -328,6 +336,10 @@ class ScriptPrinter:
         if s.else_case is not None:
             self.b.line("else:")
             self.body(s.else_case)
+
+    def stmt_While(self, s: While) -> None:
+        self.b.line(f"while {self.expr(s.condition)}:")
+        self.body(s.body)
 
     def stmt_For(self, s: For) -> None:
         var = self.var(s.loop_var)

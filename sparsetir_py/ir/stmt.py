@@ -1,7 +1,7 @@
 """Statements of all three stages.
 
-Stage I: `SparseIteration` (coordinate space). Stages II and III: `For`, `Block`, as in TVM
-TensorIR. Shared: stores, atomics, `IfThenElse`, `Allocate`, `SeqStmt`, `Evaluate`.
+Stage I: `SparseIteration` (coordinate space). Stages II and III: `For`, `While`, `Block`, as in
+TVM TensorIR. Shared: stores, atomics, `IfThenElse`, `Allocate`, `SeqStmt`, `Evaluate`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,16 @@ class For(Stmt):
     body: Stmt
     thread: str | None = None
     annotations: FrozenDict = field(default_factory=FrozenDict)
+
+
+@dataclass(frozen=True, slots=True)
+class While(Stmt):
+    """`while condition: body` (TVM's `tir.While`, Stages II and III): the condition is evaluated
+    before every iteration; the loop binds no variable, so the body makes progress through the
+    buffers it writes (SparseTIR's binary-search blocks keep `low`/`high` in local buffers)."""
+
+    condition: PrimExpr
+    body: Stmt
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ Rules, in the order they are checked:
   axes and their targets included) or as a parent is in `func.axes`.
 - `BufferDeclarationError`: a buffer is declared once (function buffers, `Block.alloc_buffers`,
   `Allocate`); a matched buffer's data is a handle parameter and no two buffers share one;
-  allocated buffers are `FlatBuffer`s with no data.
+  allocated buffers are `FlatBuffer`s with no data; a sparse buffer's `extra_storage` is a
+  non-negative integer and extends one-dimensional storage.
 - `ScopeError`: a buffer's scope is in `SCOPES`; a buffer matched to a parameter is global.
 - `BufferAxisOrderError` (`check_buffer_axes`): in a sparse buffer every axis appears once, every
   non-root axis comes right after its parent, and a variable axis is preceded by exactly its
@@ -82,6 +83,9 @@ Rules, in the order they are checked:
   `op.INTRINSICS` with its arity and result dtype.
 - `BlockError`: block iterator kinds are "S"/"R"; `init` only on a block with an R iterator;
   block names are unique in the function.
+- `WhileLoopError`: `while` loops appear in Stages II and III only, with a bool condition that
+  loads a buffer the loop's body writes (else the condition never changes: the loop runs never or
+  forever).
 
 `check_buffer_axes` and `check_iteration_axes` are the two rules the frontend checks where the
 user declares a buffer or a sparse iteration, so it can point at the source; `verify` calls them
@@ -148,6 +152,7 @@ from .stmt import (
     SeqStmt,
     SparseIteration,
     Stmt,
+    While,
 )
 from .visit import children, walk
 
@@ -173,6 +178,7 @@ __all__ = [
     "UndeclaredBufferError",
     "UndefinedVariableError",
     "UnstoredWriteError",
+    "WhileLoopError",
     "check_buffer_axes",
     "check_iteration_axes",
     "verify",
@@ -228,6 +234,15 @@ class InitWriteError(ReductionWriteError):
 
     The init runs once per spatial point; two spatial points writing one element would each
     re-initialise it, so the result would depend on the order of the points.
+    """
+
+
+class WhileLoopError(VerifyError):
+    """A `while` loop in a Stage I function, or one whose condition cannot change.
+
+    The loop binds no variable: only the buffers its body writes can change its condition. A
+    condition that reads none of them is the same before every iteration, so the loop runs never
+    or forever (a kernel would hang).
     """
 
 
@@ -777,6 +792,22 @@ class _FuncVerifier:
             if isinstance(ax, Axis) and ax not in self.all_axes:
                 self.fail(UndeclaredAxisError, f"axis `{ax.name}` of buffer `{b.name}` is not declared")
         check_buffer_axes(b.name, b.axes, func=self.fname)
+        if b.extra_storage is not None:
+            self.check_extra_storage(b)
+
+    def check_extra_storage(self, b: SparseBuffer) -> None:
+        """Extra elements go after one-dimensional storage: the axes end with their last sparse or
+        variable level, or are one dense level (else the extra elements have no shape)."""
+        self.extent(b.extra_storage, f"extra_storage of buffer `{b.name}`")
+        last = max((k for k, a in enumerate(b.axes) if a.kind != DENSE_FIXED), default=None)
+        trailing = b.axes[last + 1 :] if last is not None else b.axes[1:]
+        if trailing:
+            self.fail(
+                BufferDeclarationError,
+                f"buffer `{b.name}` has extra_storage, but its storage is not one-dimensional (dense "
+                f"axis `{trailing[0].name}` follows its last level); extra_storage extends an array over its "
+                "axes' positions, such as an indptr over `[I]`",
+            )
 
     def check_flat_buffer(self, b: FlatBuffer) -> None:
         for d, e in enumerate(b.shape):
@@ -1131,6 +1162,28 @@ class _FuncVerifier:
         self.restore(state)
         self.scope.pop(s.loop_var, None)
 
+    def while_(self, s: While) -> None:
+        if self.stage == 1:
+            self.fail(
+                WhileLoopError,
+                "Stage I function has a `while` loop; Stage I iterates axes with T.sp_iter: write the loop in a "
+                "Stage II or III script (loops and blocks), or search a level with T.lower_bound",
+            )
+        self.cond(s.condition, "while condition")
+        read = {n.buffer for n in walk(s.condition) if isinstance(n, BufferLoad)}
+        written = {n.buffer for n in walk(s.body) if isinstance(n, BufferStore | AtomicAdd)}
+        if not read & written:
+            names = ", ".join(sorted(f"`{b.name}`" for b in read))
+            reads = f"reads {names}, which the loop's body does not write" if read else "reads no buffer"
+            self.fail(
+                WhileLoopError,
+                f"`while {_script(s.condition)}`: the condition {reads}, so it is the same before every "
+                "iteration and the loop runs never or forever; keep the "
+                'loop\'s state in a buffer (`low = T.alloc_buffer([1], "int32", scope="local")`) that the '
+                "body updates and the condition reads",
+            )
+        self.stmt(s.body)
+
     def check_thread(self, s: For) -> None:
         name = s.loop_var.name
         if s.kind != "thread_binding":
@@ -1361,6 +1414,7 @@ _STMT_RULES: dict[type, Callable[[_FuncVerifier, Stmt], None]] = {
     Allocate: _FuncVerifier.allocate,
     LetStmt: _FuncVerifier.let_stmt,
     For: _FuncVerifier.for_,
+    While: _FuncVerifier.while_,
     Block: _FuncVerifier.block_,
     SparseIteration: _FuncVerifier.sparse_iteration,
 }

@@ -67,24 +67,37 @@ def sparse_variable(parent, shape, data, idtype="int32", sorted=True):
     _only_in_script("sparse_variable")
 
 
-def match_sparse_buffer(param, axes, dtype="float32", default_value=0, value_range=None):
-    """Values over `axes` passed as the handle parameter `param`."""
+def match_sparse_buffer(param, axes, dtype="float32", default_value=0, value_range=None, extra_storage=None):
+    """Values over `axes` passed as the handle parameter `param`.
+
+    `extra_storage=e` (SparseTIR's keyword): `e` more elements stored after the axes' own, read by
+    flat position (an `indptr` array over `[I]` holds `m + 1`: `J_indptr[vi + 1]`)."""
     _only_in_script("match_sparse_buffer")
 
 
-def alloc_sparse_buffer(axes, dtype="float32", scope="global"):
-    """Scratch values over `axes`."""
+def alloc_sparse_buffer(axes, dtype="float32", scope="global", extra_storage=None, value_range=None):
+    """Scratch values over `axes` (`extra_storage` as for `match_sparse_buffer`)."""
     _only_in_script("alloc_sparse_buffer")
 
 
-def match_buffer(param, shape, dtype="float32", scope="global", layout=None, value_range=None):
-    """A flat (dense) buffer passed as `param`."""
+def match_buffer(param, shape, dtype="float32", scope="global", layout=None, value_range=None, strides=None):
+    """A flat (dense) buffer passed as `param`.
+
+    `strides=` (TVM's keyword) is accepted where it describes a compact layout: row-major (what
+    TVM prints, `strides=[1]` for one dimension) or a permutation of it, which is that `layout`."""
     _only_in_script("match_buffer")
 
 
-def alloc_buffer(shape, dtype="float32", scope="global", layout=None):
-    """A flat scratch buffer owned by the enclosing block (or the function)."""
+def alloc_buffer(shape, dtype="float32", scope="global", layout=None, strides=None, value_range=None):
+    """A flat scratch buffer owned by the enclosing block (or the function); `strides=` as for
+    `match_buffer`."""
     _only_in_script("alloc_buffer")
+
+
+def assume_buffer_domain(buffer, domain):
+    """SparseTIR's hint that every value stored in `buffer` lies in `domain = [lo, hi]`: the
+    buffer's `value_range=(lo, hi)` (a function-level statement before the body)."""
+    _only_in_script("assume_buffer_domain")
 
 
 def allocate(shape, dtype="float32", scope="global", layout=None):

@@ -25,6 +25,7 @@ from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, SPARSE_VARIABLE
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.node import FrozenDict
 from ..ir.op import INTRINSICS, result_dtype
+from ..ir.printer import ScriptPrinter
 from . import builtins as B
 
 AST_BINOPS = {
@@ -91,6 +92,7 @@ STUBS = {
     "cast": B.cast,
     "min_value": B.min_value,
     "max_value": B.max_value,
+    "assume_buffer_domain": B.assume_buffer_domain,
 }
 PY_BUILTINS = {"min": "min", "max": "max", "abs": "abs", "range": "serial"}
 # Names of the script namespace that are not calls with a stub (decorators, annotations, the
@@ -351,6 +353,8 @@ class Parser:
                 buffers.append(self.decl_sparse_buffer(st, name))
             elif isinstance(st, ast.Assign) and name in ("match_buffer", "alloc_buffer"):
                 buffers.append(self.decl_flat_buffer(st, name))
+            elif isinstance(st, ast.Expr) and name == "assume_buffer_domain":
+                self.assume_buffer_domain(st.value, buffers)
             else:
                 rest.append(st)
         body = self.parse_body(rest)
@@ -358,6 +362,25 @@ class Parser:
         if "stage" not in attrs:
             attrs["stage"] = infer_stage(body, buffers)
         return ir.PrimFunc(fdef.name, tuple(params), tuple(axes), tuple(buffers), body, FrozenDict(attrs))
+
+    def assume_buffer_domain(self, call: ast.Call, buffers: list[ir.Buffer]) -> None:
+        """`T.assume_buffer_domain(X, [lo, hi])` (SparseTIR): every value of `X` lies in the
+        domain, which is `X`'s `value_range=(lo, hi)`. SparseTIR reads the pair as the range from
+        `lo` of extent `hi - lo` yet writes `[0, nnz]` for an indptr, whose last value is `nnz`:
+        the bounds are taken inclusive, the reading that holds for both (a wider hint is never
+        wrong)."""
+        args = self.bind(call, "assume_buffer_domain")
+        buf = self.buffer_ref(args["buffer"])
+        if buf not in buffers:
+            raise self.fail(call, f"`{buf.name}` is not a function-level buffer")
+        lo, hi = self.value_range_arg(args["domain"])
+        if buf.value_range is not None:
+            raise self.fail(
+                call, f"buffer `{buf.name}` already has a value range; give it once (`value_range=(lo, hi)`)"
+            )
+        new = buf.replace(value_range=(lo, hi))
+        buffers[buffers.index(buf)] = new
+        self.define(buf.name, new)
 
     def target_name(self, st: ast.Assign) -> ast.Name:
         if len(st.targets) != 1 or not isinstance(st.targets[0], ast.Name):
@@ -396,19 +419,28 @@ class Parser:
         axes = self.axes_arg(args["axes"])
         self.check(args["axes"], "check_buffer_axes", target.id, axes)
         dtype = self.dtype_arg(args["dtype"], allowed=dt.SCALAR_DTYPES)
+        extra = self.extra_storage_arg(args["extra_storage"])
+        value_range = self.value_range_arg(args["value_range"])
         if name == "match_sparse_buffer":
             default = self.literal(args["default_value"])
             if not isinstance(default, int | float) or isinstance(default, bool):
                 raise self.fail(args["default_value"], "`default_value` must be a number")
-            value_range = self.value_range_arg(args["value_range"])
-            buf = ir.SparseBuffer(
-                target.id, axes, dtype, self.handle_ref(args["param"]), default, "global", value_range
-            )
+            param = self.handle_ref(args["param"])
+            buf = ir.SparseBuffer(target.id, axes, dtype, param, default, "global", value_range, extra)
         else:
             scope = self.const_str(args["scope"], "scope")
-            buf = ir.SparseBuffer(target.id, axes, dtype, None, 0, scope)
+            buf = ir.SparseBuffer(target.id, axes, dtype, None, 0, scope, value_range, extra)
         self.define(target.id, buf)
         return buf
+
+    def extra_storage_arg(self, node: Any) -> PrimExpr | None:
+        """SparseTIR's `extra_storage=`: None for none (it prints `extra_storage=0` on scratch)."""
+        if node is None:
+            return None
+        extra = self.index_expr(node)
+        if isinstance(extra, IntImm) and extra.value < 0:
+            raise self.fail(node, f"`extra_storage` must not be negative, got {extra.value}")
+        return None if isinstance(extra, IntImm) and extra.value == 0 else extra
 
     def decl_flat_buffer(self, st: ast.Assign, name: str) -> ir.FlatBuffer:
         target = self.target_name(st)
@@ -417,11 +449,43 @@ class Parser:
         dtype = self.dtype_arg(args["dtype"], allowed=dt.SCALAR_DTYPES)
         scope = self.const_str(args["scope"], "scope")
         layout = self.layout_arg(args["layout"], len(shape))
+        if args.get("strides") is not None:
+            if layout is not None:
+                raise self.fail(args["strides"], "give `layout=` or `strides=`, not both")
+            layout = self.strides_layout(args["strides"], shape, target.id)
         data = self.handle_ref(args["param"]) if "param" in args else None
         value_range = self.value_range_arg(args.get("value_range"))
         buf = ir.FlatBuffer(target.id, shape, dtype, data, layout, scope, value_range)
         self.define(target.id, buf)
         return buf
+
+    def strides_layout(self, node: Any, shape: tuple[PrimExpr, ...], name: str) -> ir.Layout | None:
+        """TVM's `strides=` as a layout. Buffers here are compact, so strides are accepted where
+        they describe a compact layout: the row-major ones (`[1]`, `[n, 1]`, as TVM prints them),
+        or, for a constant shape, a permutation of them (the `layout=` with that order). Anything
+        else (padding between rows, overlapping elements) has no layout to stand for it."""
+        items = node.elts if isinstance(node, ast.Tuple | ast.List) else None
+        if items is None or len(items) != len(shape):
+            raise self.fail(node, f"`strides` of `{name}` needs one stride per dimension ({len(shape)})")
+        strides = [self.index_expr(e) for e in items]
+        row_major: list[PrimExpr] = []
+        step: PrimExpr = IntImm(1, "int32")
+        for extent in reversed(shape):
+            row_major.insert(0, step)
+            step = extent if isinstance(step, IntImm) and step.value == 1 else BinOp("*", extent, step)
+        if all(_same_value(a, b) for a, b in zip(strides, row_major)):
+            return None
+        order = _compact_order([_int_value(x) for x in strides], [_int_value(x) for x in shape])
+        if order is not None:
+            return ir.Layout(order)
+        shown = ", ".join(ast.unparse(e) for e in items)
+        raise self.fail(
+            node,
+            f"`strides=[{shown}]` of `{name}` does not describe a compact layout of shape "
+            f"({', '.join(ScriptPrinter().expr(d) for d in shape)}): buffers here are compact, "
+            "so drop `strides=` for row-major, or give the dimension order as "
+            "`layout=T.layout(minor_to_major)` (a constant shape may also give permuted compact strides)",
+        )
 
     def value_range_arg(self, node: Any) -> tuple[PrimExpr, PrimExpr] | None:
         if node is None:
@@ -491,6 +555,17 @@ class Parser:
         self.scopes.pop()
         return ir.IfThenElse(cond, then, orelse)
 
+    def stmt_While(self, st: ast.While) -> ir.Stmt:
+        """`while cond:` (Stages II and III, TVM's `tir.While`): the body updates buffers (a binary
+        search keeps `low`/`high` in local buffers), since a script's names are not reassignable."""
+        if st.orelse:
+            raise self.fail(st, "`while ... else` is not supported")
+        cond = self.bool_expr(st.test)
+        self.scopes.append({})
+        body = self.parse_body(st.body)
+        self.scopes.pop()
+        return ir.While(cond, body)
+
     def stmt_Assign(self, st: ast.Assign) -> ir.Stmt:
         if len(st.targets) != 1:
             raise self.fail(st, "chained assignment is not supported")
@@ -531,6 +606,12 @@ class Parser:
             raise self.fail(st, f"`T.{name}` must be directly inside a `with T.block(...)`")
         if name == "func_attr":
             raise self.fail(st, "`T.func_attr` must be at the top level of the function")
+        if name == "assume_buffer_domain":
+            raise self.fail(
+                st,
+                "`T.assume_buffer_domain` must be at the top level of the function, after the declaration of a "
+                "function-level buffer (a block's own buffer takes `value_range=(lo, hi)` where it is allocated)",
+            )
         raise self.fail(st, "unsupported expression statement")
 
     def stmt_For(self, st: ast.For) -> ir.Stmt:
@@ -1010,6 +1091,34 @@ class Parser:
         return BinOp(op, a, b)
 
 
+def _int_value(e: PrimExpr) -> int | None:
+    return e.value if isinstance(e, IntImm) else None
+
+
+def _same_value(a: PrimExpr, b: PrimExpr) -> bool:
+    """Equal as written (`n * k` and `n * k`), or the same constant of any integer dtype."""
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        return a.value == b.value
+    from ..ir.structural_equal import structural_equal
+
+    return structural_equal(a, b)
+
+
+def _compact_order(strides: list[int | None], shape: list[int | None]) -> tuple[int, ...] | None:
+    """The minor-to-major order in which constant `strides` are compact for constant `shape`
+    (each dimension's stride the product of the extents of the dimensions minor to it), or None."""
+    if None in strides or None in shape:
+        return None
+    # Most minor first; among equal strides (extent-1 dimensions) the later dimension is minor.
+    order = sorted(range(len(shape)), key=lambda d: (strides[d], -d))
+    step = 1
+    for d in order:
+        if strides[d] != step and shape[d] != 1:
+            return None
+        step *= shape[d]
+    return tuple(order)
+
+
 def range_extent(lo: PrimExpr, hi: PrimExpr) -> PrimExpr:
     """The extent of `[lo, hi)` written as the printer writes it: `lo:lo + e`, or `0:e`."""
     if isinstance(hi, BinOp) and hi.op == "+" and hi.a == lo:
@@ -1026,7 +1135,7 @@ def infer_stage(body: ir.Stmt, buffers) -> int:
     from ..ir.visit import walk
 
     kinds = {type(n) for n in walk(body)}
-    if ir.SparseIteration in kinds or not ({ir.For, ir.Block} & kinds):
+    if ir.SparseIteration in kinds or not ({ir.For, ir.Block, ir.While} & kinds):
         return 1
     if any(isinstance(b, ir.SparseBuffer) for b in buffers):
         return 2

@@ -56,6 +56,7 @@ from ..ir.stmt import (
     Range,
     SeqStmt,
     Stmt,
+    While,
     seq,
 )
 from ..ir.visit import post_order_rewrite, substitute, walk
@@ -183,6 +184,8 @@ class _Walker:
                 then_case=self.stmt(s.then_case, ctx),
                 else_case=self.stmt(s.else_case, ctx),
             )
+        if isinstance(s, While):  # binds nothing: the body sees the context of the loop
+            return s.replace(condition=self.expr(s.condition, ctx), body=self.stmt(s.body, ctx))
         if isinstance(s, Evaluate):
             return s.replace(value=self.expr(s.value, ctx))
         if isinstance(s, Allocate):
@@ -239,7 +242,7 @@ def _compact_function(func: PrimFunc, target: str) -> PrimFunc:
                 then_case=go(s.then_case, ctx),
                 else_case=go(s.else_case, ctx) if s.else_case is not None else None,
             )
-        elif isinstance(s, Allocate):
+        elif isinstance(s, Allocate | While):
             s = s.replace(body=go(s.body, ctx))
         return site(s, ctx)
 

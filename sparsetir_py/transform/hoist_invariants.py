@@ -8,7 +8,8 @@ pass binds such loads to local values (`LetStmt`) just before the loop:
 - only loops with a positive constant extent, so a hoisted load never runs where the original
   would not have run at all;
 - only loads evaluated on every iteration (not under an `if`, a block predicate, an init, a
-  select branch or the right side of `and`/`or`), so hoisting reads nothing new;
+  select branch, the right side of `and`/`or` or in a `while` body), so hoisting reads nothing
+  new;
 - block iterators are seen through (`vj` is its binding `j`), and the hoisted expression is
   written with the bindings, so it is valid outside the block.
 """
@@ -19,7 +20,7 @@ from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.node import FrozenDict
-from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, LetStmt, SeqStmt, Stmt
+from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, LetStmt, SeqStmt, Stmt, While
 from ..ir.visit import map_children, substitute, walk
 
 
@@ -71,7 +72,7 @@ class _Hoister:
         if isinstance(node, BinOp) and node.op in ("and", "or"):
             self.unconditional_loads(node.a, out)
             return
-        if isinstance(node, IfThenElse):
+        if isinstance(node, IfThenElse | While):  # a while's body may run no iteration
             self.unconditional_loads(node.condition, out)
             return
         if isinstance(node, Block):
@@ -143,7 +144,7 @@ class _Hoister:
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, For):
             return self.loop(s)
-        if isinstance(s, SeqStmt | IfThenElse | Block | Allocate | LetStmt):
+        if isinstance(s, SeqStmt | IfThenElse | Block | Allocate | LetStmt | While):
             return map_children(s, lambda c: self.stmt(c) if isinstance(c, Stmt) else c)
         return s
 
@@ -236,7 +237,7 @@ class _Promoter:
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, For):
             return self.loop(s)
-        if isinstance(s, SeqStmt | IfThenElse | Block | Allocate | LetStmt):
+        if isinstance(s, SeqStmt | IfThenElse | Block | Allocate | LetStmt | While):
             return map_children(s, lambda c: self.stmt(c) if isinstance(c, Stmt) else c)
         return s
 

@@ -58,10 +58,16 @@ class BufferFlattening:
         return out
 
     def indptr_buffer(self, axis) -> FlatBuffer:
+        """The buffer viewing `axis`'s indptr: a flat one (what lower_sparse_iter declares) or, as
+        SparseTIR's Stage II scripts write it, a sparse one over the parent's axes with
+        `extra_storage=1`, flattened."""
         for b in self.func.buffers:
-            if isinstance(b, FlatBuffer) and b.data is axis.indptr:
-                return b
-        raise LoweringError(f"axis `{axis.name}` has no indptr buffer: run lower_sparse_iter first")
+            if b.data is axis.indptr and (isinstance(b, FlatBuffer) or b.extra_storage is not None):
+                return self.flat_buffer(b)
+        raise LoweringError(
+            f"axis `{axis.name}` has no indptr buffer: declare one over its indptr "
+            f"(`T.match_buffer({axis.indptr.name}, (rows + 1,), ...)`), or run lower_sparse_iter first"
+        )
 
     def offset(self, buf, indices: tuple[PrimExpr, ...]) -> PrimExpr:
         """The flat element offset of `buf[indices]` (position space)."""

@@ -1514,3 +1514,93 @@ def test_verify_fail_block(case):
     func, msg = case()
     with pytest.raises(BlockError, match=msg):
         verify(func)
+
+
+# ----------------------------------------------------------------------------------------------
+# `while` loops (Stages II and III) and `extra_storage`
+
+COUNT_DOWN = """
+from sparsetir_py import script as T
+
+@T.prim_func
+def count(a: T.handle, n: T.int32):
+    A = T.match_buffer(a, (1,), "int32")
+    left = T.alloc_buffer((1,), "int32", scope="local")
+    left[0] = n
+    while CONDITION:
+        BODY
+"""
+
+
+@pytest.mark.parametrize(
+    "condition,body,msg",
+    [
+        # Only the buffers the body writes can change the condition: here none does.
+        (
+            "n > 0",
+            "A[0] = A[0] + 1",
+            r"`while n > 0`: the condition reads no buffer, so it is the same before every iteration",
+        ),
+        ("left[0] > 0", "A[0] = A[0] + 1", r"the condition reads `left`, which the loop's body does not write"),
+    ],
+)
+def test_verify_fail_while_loop(condition, body, msg):
+    from sparsetir_py import from_script
+    from sparsetir_py.ir.verify import WhileLoopError
+
+    func = from_script(COUNT_DOWN.replace("CONDITION", condition).replace("BODY", body))
+    with pytest.raises(WhileLoopError, match=msg) as info:
+        verify(func)
+    assert "runs never or forever" in str(info.value)
+    good = from_script(COUNT_DOWN.replace("CONDITION", "left[0] > 0").replace("BODY", "left[0] = left[0] - 1"))
+    verify(good)
+
+
+def test_verify_fail_while_loop_in_stage1():
+    """Stage I iterates axes; a `while` there is refused by name, with the alternatives."""
+    from sparsetir_py import from_script
+    from sparsetir_py.ir.verify import WhileLoopError
+
+    text = """
+from sparsetir_py import script as T
+
+@T.prim_func
+def f(a: T.handle, m: T.int32):
+    I = T.dense_fixed(m)
+    A = T.match_sparse_buffer(a, (I,), "int32")
+    with T.sp_iter([I], "S", "s") as [i]:
+        while A[i] > 0:
+            A[i] = A[i] - 1
+"""
+    with pytest.raises(WhileLoopError, match=r"Stage I function has a `while` loop; .*T\.lower_bound"):
+        verify(from_script(text))
+
+
+def test_verify_while_condition_is_bool():
+    from sparsetir_py import from_script
+    from sparsetir_py.ir.stmt import While
+    from sparsetir_py.ir.visit import post_order_rewrite
+
+    good = from_script(COUNT_DOWN.replace("CONDITION", "left[0] > 0").replace("BODY", "left[0] = left[0] - 1"))
+    load = BufferLoad(good.buffers[1], (i32(0),))
+    bad = good.replace(
+        body=post_order_rewrite(good.body, lambda n: n.replace(condition=load) if isinstance(n, While) else n)
+    )
+    with pytest.raises(DtypeError, match="while condition has dtype int32; expected bool"):
+        verify(bad)
+
+
+def test_verify_fail_extra_storage_needs_one_dimensional_storage():
+    """`extra_storage` extends a one-dimensional array (an indptr over `[I]`): a buffer whose storage
+    has a trailing dense dimension has no place for the extra elements."""
+    s = Csrmm1()
+    x = Var("x", "handle")
+    s.params.append(x)
+    s.buffers.append(SparseBuffer("X", (s.I, s.J, s.K), "float32", x, extra_storage=i32(1)))
+    with pytest.raises(BufferDeclarationError, match="buffer `X` has extra_storage, but its storage is not one-dim"):
+        verify(s.func())
+    s.buffers[-1] = SparseBuffer("X", (s.I, s.J), "float32", x, extra_storage=i32(-1))
+    with pytest.raises(LoopExtentError, match="extra_storage of buffer `X` is -1"):
+        verify(s.func())
+    s.buffers[-1] = SparseBuffer("X", (s.I, s.J), "float32", x, extra_storage=i32(1))
+    verify(s.func())

@@ -274,7 +274,7 @@ def f(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.int32,
 @pytest.mark.parametrize(
     "body,message,snippet",
     [
-        ("    while True:\n        pass\n", "unsupported construct `While`", "while True:"),
+        ("    try:\n        pass\n    finally:\n        pass\n", "unsupported construct `Try`", "try:"),
         ('    with T.sp_iter([I], "S", "s") as [i]:\n        B[i] = q\n', "unknown name `q`", "q"),
         ("    K = T.dense_fixed()\n", "wrong arguments to T.dense_fixed", "T.dense_fixed()"),
         (
@@ -524,8 +524,8 @@ def test_misspelt_names_fail_at_their_own_column(text, bad, good):
 
 def test_misspelt_name_is_reported_before_later_errors():
     """Names are checked first, in source order: the misspelling, not the later unknown `J` that
-    the skipped declaration would cause, nor the unsupported `while` below it."""
-    text = MISSPELT + "    while True:\n        pass\n"
+    the skipped declaration would cause, nor the unsupported `try` below it."""
+    text = MISSPELT + "    try:\n        pass\n    finally:\n        pass\n"
     with pytest.raises(sp.FrontendError, match=r"^<script>:5:9: error: unknown construct `T.sparse_varaible`"):
         sp.from_script(text)
 
