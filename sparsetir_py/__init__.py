@@ -72,6 +72,11 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    # `sp.tune` (the per-matrix search) is loaded on first use: it pulls in tqdm.
+    if name == "tune":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.tune")
     # `sp.format_rules` is the top-level package `format_rules` (its files import this one, so it
     # is loaded on first use, not with `import sparsetir_py`).
     if name == "format_rules":

@@ -416,6 +416,8 @@ def spmm(
     both operands are float32, else float64) that shares no memory with `A` or `B`, whatever the
     shape (empty `A`, zero-width `B`).
     """
+    if isinstance(format, str) and format == "auto":
+        return spmm(A, B, target=target, **_auto("spmm", A, B, target, schedule, params))
     if not (isinstance(format, str) and format == "csr"):
         return _spmm_parts(A, B, _format_module(format), target, schedule, params)
     if params:
@@ -447,6 +449,8 @@ def sddmm(
     `format` (and its parameters) decomposes A as in `spmm`; the output moves to the parts'
     formats too and is mapped back to A's structure and order.
     """
+    if isinstance(format, str) and format == "auto":
+        return sddmm(A, X, Y, target=target, **_auto("sddmm", A, X, target, schedule, params))
     if not (isinstance(format, str) and format == "csr"):
         return _sddmm_parts(A, X, Y, _format_module(format), target, schedule, params)
     if params:
@@ -493,6 +497,38 @@ def sddmm(
     if with_data is None:
         return scipy.sparse.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape, copy=False)
     return with_data(out, copy=True)
+
+
+# -------------------------------------------------------------------- format="auto"
+_AUTO: dict[tuple, tuple] = {}
+
+
+def _auto(op: str, A, dense, target: str, schedule, params: dict) -> dict:
+    """The configuration `sp.tune` chose for this matrix and width (tuned once per structure:
+    remembered here by the identity of A's arrays, on disk by their fingerprint)."""
+    from . import tune
+
+    if params:
+        raise InputError(f"format 'auto' takes no parameters, got {', '.join(params)}")
+    if schedule is not None:
+        raise InputError("format 'auto' chooses the schedule too: pass a format other than 'auto' with `schedule=`")
+    csr = _as_csr(A)
+    D = _operand(dense, "B" if op == "spmm" else "X")
+    feat = int(D.shape[1]) if D.ndim == 2 else 0
+    dtype = _value_dtype(csr.dtype, D.dtype)
+    key = (op, id(csr.indptr), id(csr.indices), csr.shape, feat, target, dtype.str)
+    entry = _AUTO.get(key)
+    if entry is not None and entry[0]() is csr.indptr and entry[1]() is csr.indices:
+        return entry[2]
+    choice = tune.tune(op, csr, feat, target, progress=False, dtype=dtype).ops_kwargs()
+
+    def forget(_ref, key=key):
+        entry = _AUTO.get(key)
+        if entry is not None and (entry[0]() is None or entry[1]() is None):
+            del _AUTO[key]
+
+    _AUTO[key] = (weakref.ref(csr.indptr, forget), weakref.ref(csr.indices, forget), choice)
+    return choice
 
 
 # -------------------------------------------------------------------- composable formats

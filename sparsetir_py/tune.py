@@ -1,0 +1,449 @@
+"""Per-matrix search of format, parameters and schedule (`sp.tune.spmm`, `sp.tune.sddmm`).
+
+    result = sp.tune.spmm(A, 128)          # ranks candidates, times the best few, caches the winner
+    print(result.table)                    # every candidate: predicted and measured ms
+    C = sp.ops.spmm(A, B, **result.ops_kwargs())
+    C = sp.ops.spmm(A, B, format="auto")   # the same, through the cache
+
+Candidates are (format, parameters, schedule): CSR with rows split statically or handed out in
+dynamic chunks, SDDMM over nonzeros, hyb with 1 to 8 column partitions, BSR where blocks are
+dense enough. A cost model ranks them from the row-length histogram, the spread of columns (how
+much of B each column partition keeps in cache) and the padding each format adds; the best
+`top` are timed briefly (each after one untimed call that converts and compiles), and the
+fastest wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the
+kernels: `$SPARSETIR_CACHE_DIR`), keyed by a fingerprint of A's structure, the width, the target,
+the machine (processor, cores, threads) and this module's version, so a second process does not
+tune again.
+
+Problems too small to amortise conversion (fewer than `TIMING_GRAIN` multiply-adds) are not
+timed: the model picks among CSR schedules alone. CUDA candidates are ranked by the model but
+timed only where a GPU is present.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import html
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+
+from .errors import InputError
+
+TUNE_FORMAT = 1  # bump when candidates or the model change: cached results are then ignored
+TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
+_MEMORY: dict[str, TuneResult] = {}
+
+
+# -------------------------------------------------------------------- results
+@dataclass
+class Candidate:
+    """One configuration: `sp.ops` arguments and what the model and the timer said of it."""
+
+    format: str
+    params: dict
+    schedule: str | None
+    predicted_s: float
+    measured_s: float | None = None
+    setup_s: float | None = None  # the untimed first call: conversion and compilation
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        text = self.format + (f"({params})" if params else "")
+        return text + (f" / {self.schedule}" if self.schedule else "")
+
+
+class Table:
+    """What was tried, one row per candidate in model order: printable, HTML in Jupyter."""
+
+    COLUMNS = ("rank", "candidate", "model ms", "measured ms", "setup ms", "note")
+
+    def __init__(self, candidates: list[Candidate], winner: Candidate):
+        self.candidates = candidates
+        self.winner = winner
+
+    def rows(self) -> list[tuple[str, ...]]:
+        def ms(v):
+            return "-" if v is None else f"{v * 1e3:.3f}"
+
+        out = []
+        for rank, c in enumerate(self.candidates, 1):
+            note = c.error or ("chosen" if c is self.winner else ("" if c.measured_s is not None else "not timed"))
+            out.append((str(rank), c.label, ms(c.predicted_s), ms(c.measured_s), ms(c.setup_s), note))
+        return out
+
+    def __str__(self) -> str:
+        rows = [self.COLUMNS, *self.rows()]
+        widths = [max(len(r[k]) for r in rows) for k in range(len(self.COLUMNS))]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<tuning table: {len(self.candidates)} candidates, chosen {self.winner.label}>"
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in self.rows())
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __iter__(self):
+        return iter(self.candidates)
+
+
+@dataclass
+class TuneResult:
+    """The chosen configuration (`.format`, `.params`, `.schedule`), its time per call in seconds
+    (`.seconds`: measured, or the model's estimate where nothing was timed), the time the search
+    took (`.tuning_seconds`; 0 when it came from the cache: `.cached`), and `.table`."""
+
+    op: str
+    format: str
+    params: dict
+    schedule: str | None
+    seconds: float
+    measured: bool
+    table: Table
+    tuning_seconds: float
+    key: str
+    cached: bool = False
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def ops_kwargs(self) -> dict:
+        """Keyword arguments of `sp.ops.spmm` / `sp.ops.sddmm` that run the chosen configuration."""
+        return {"format": self.format, "schedule": self.schedule, **self.params}
+
+    def __str__(self) -> str:
+        how = "measured" if self.measured else "model"
+        head = f"{self.op}: {self.table.winner.label} ({self.seconds * 1e3:.3f} ms per call, {how})"
+        return f"{head}\n{self.table}"
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(str(self).splitlines()[0])}</p>{self.table._repr_html_()}"
+
+
+# -------------------------------------------------------------------- the machine and the matrix
+@dataclass(frozen=True)
+class Machine:
+    threads: int
+    l2_bytes: int  # per core
+    l3_bytes: int  # shared
+    stream_bps: float = 35e9  # streaming bandwidth, 2 threads (DESIGN.md §5)
+
+    def gather_bps(self, table_bytes: float) -> float:
+        """Rate of reading rows of a dense operand of `table_bytes` at random: from L2 when it fits
+        there, from L3 when it fits there, else from memory."""
+        if table_bytes <= self.l2_bytes:
+            return 4.0 * self.stream_bps
+        if table_bytes <= self.l3_bytes:
+            return 1.6 * self.stream_bps
+        return self.stream_bps
+
+
+def _cache_size(level: int, default: int) -> int:
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in sorted(base.glob("index*")):
+            if (index / "level").read_text().strip() == str(level) and (index / "type").read_text().strip() in (
+                "Unified",
+                "Data",
+            ):
+                text = (index / "size").read_text().strip().upper()
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
+                return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+def machine() -> Machine:
+    import numba
+
+    return Machine(numba.get_num_threads(), _cache_size(2, 1 << 20), _cache_size(3, 32 << 20))
+
+
+def _machine_id(m: Machine) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}|{os.cpu_count()}|{m.threads}|{m.l2_bytes}|{m.l3_bytes}"
+
+
+@dataclass
+class Structure:
+    """What the model reads of A: sizes, row lengths, and the work of a static row split."""
+
+    m: int
+    n: int
+    nnz: int
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, csr: scipy.sparse.csr_matrix) -> Structure:
+        return cls(csr.shape[0], csr.shape[1], csr.nnz, np.diff(csr.indptr).astype(np.int64))
+
+    def static_imbalance(self, threads: int) -> float:
+        """Largest thread's share of the nonzeros when rows are split into equal contiguous
+        ranges (Numba's static `prange`), over an even share."""
+        if self.nnz == 0 or threads <= 1:
+            return 1.0
+        cuts = np.linspace(0, self.m, threads + 1).astype(np.int64)
+        ends = np.concatenate([[0], np.cumsum(self.lengths)])
+        return float(np.diff(ends[cuts]).max() * threads / self.nnz)
+
+    def dynamic_imbalance(self, threads: int, chunk: int = 64) -> float:
+        """The same with chunks of `chunk` rows handed out dynamically: bounded by the largest
+        chunk (one chunk cannot be shared)."""
+        if self.nnz == 0 or threads <= 1:
+            return 1.0
+        ends = np.concatenate([[0], np.cumsum(self.lengths)])
+        biggest = np.diff(ends[::chunk]).max(initial=0) if self.m > chunk else self.nnz
+        return max(1.0, float(biggest * threads / self.nnz)) * 1.03  # chunk hand-out costs a little
+
+    def padded_ell(self, buckets: list[int], col_parts: int) -> float:
+        """Stored slots of hyb(`col_parts`, `buckets`) over nnz, assuming each row's nonzeros
+        spread evenly over the column parts."""
+        if self.nnz == 0:
+            return 1.0
+        per_part = np.ceil(self.lengths / col_parts)
+        per_part = per_part[per_part > 0]
+        widths = np.asarray(buckets, np.float64)
+        long = per_part > widths[-1]
+        slot = widths[np.minimum(np.searchsorted(widths, per_part), len(widths) - 1)]
+        slot[long] = np.ceil(per_part[long] / widths[-1]) * widths[-1]
+        return float(slot.sum() * col_parts / self.nnz)
+
+
+def fingerprint(csr: scipy.sparse.csr_matrix) -> str:
+    h = hashlib.sha256()
+    h.update(repr((csr.shape, str(csr.indptr.dtype), str(csr.indices.dtype))).encode())
+    h.update(np.ascontiguousarray(csr.indptr).tobytes())
+    h.update(np.ascontiguousarray(csr.indices).tobytes())
+    return h.hexdigest()[:32]
+
+
+# -------------------------------------------------------------------- candidates and the model
+def _default_buckets(s: Structure, col_parts: int) -> list[int]:
+    longest = math.ceil(s.lengths.max(initial=1) / col_parts) if s.m else 1
+    top = 1 << max(0, min(5, math.ceil(math.log2(max(longest, 1)))))
+    return [1 << k for k in range(int(math.log2(top)) + 1)]
+
+
+def _model_csr(op: str, s: Structure, w: int, mach: Machine, imbalance: float) -> float:
+    if op == "spmm":
+        gather = s.nnz * w * 4 / mach.gather_bps(s.n * w * 4)
+        stream = (s.nnz * 8 + s.m * w * 4 * 2) / mach.stream_bps
+    else:
+        gather = s.nnz * w * 4 / mach.gather_bps(s.n * w * 4)
+        stream = (s.nnz * 12 + s.m * w * 4) / mach.stream_bps
+    return (gather + stream) / mach.threads * imbalance + s.m * 2e-9 + 8e-6
+
+
+def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> list[Candidate]:
+    """Every configuration worth considering for this matrix, with the model's time, best first."""
+    out: list[Candidate] = []
+    cpu = target == "cpu"
+    if cpu:
+        static, dynamic = s.static_imbalance(mach.threads), s.dynamic_imbalance(mach.threads)
+        out.append(Candidate("csr", {}, "csr_cpu_rows", _model_csr(op, s, w, mach, static)))
+        out.append(Candidate("csr", {}, "csr_cpu_rows_balanced", _model_csr(op, s, w, mach, dynamic)))
+        if op == "sddmm":
+            search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
+            xrows = s.nnz * w * 4 / mach.gather_bps(s.m * w * 4) / mach.threads
+            out.append(Candidate("csr", {}, "csr_cpu_nonzeros", _model_csr(op, s, w, mach, 1.02) + search + xrows))
+    else:
+        out.append(Candidate("csr", {}, None, _model_csr(op, s, w, mach, 1.0)))
+    if s.nnz * w >= TIMING_GRAIN or not cpu:
+        for parts in (1, 2, 4, 8):
+            if parts > 1 and (op == "sddmm" or s.n < 2048 * parts):
+                continue
+            buckets = _default_buckets(s, parts)
+            pad = s.padded_ell(buckets, parts)
+            slice_bytes = s.n * w * 4 / parts
+            gather = s.nnz * pad * w * 4 / mach.gather_bps(slice_bytes)
+            stream = (s.nnz * pad * 8 + s.m * w * 4 * (1 + parts)) / mach.stream_bps
+            # Each part and layer is a parallel loop of its own where rows are shared (CPU).
+            overhead = len(buckets) * parts * 12e-6
+            t = (gather + stream) / mach.threads * 1.05 + overhead
+            out.append(Candidate("hyb", {"num_col_parts": parts, "buckets": buckets}, None, t))
+    out.sort(key=lambda c: c.predicted_s)
+    return out
+
+
+# -------------------------------------------------------------------- timing
+def _operands(op: str, csr, w: int, dtype) -> tuple:
+    rng = np.random.default_rng(0)
+    m, n = csr.shape
+    if op == "spmm":
+        return (rng.uniform(-1, 1, (n, w)).astype(dtype),)
+    return rng.uniform(-1, 1, (m, w)).astype(dtype), rng.uniform(-1, 1, (n, w)).astype(dtype)
+
+
+def _time(op: str, csr, operands, c: Candidate, target: str, budget: float) -> None:
+    from . import ops
+
+    run = ops.spmm if op == "spmm" else ops.sddmm
+    kwargs = {"format": c.format, "target": target, "schedule": c.schedule, **c.params}
+    try:
+        t0 = time.perf_counter()
+        run(csr, *operands, **kwargs)  # converts and compiles
+        c.setup_s = time.perf_counter() - t0
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < 3 or (time.perf_counter() - start < budget and len(times) < 50):
+            t0 = time.perf_counter()
+            run(csr, *operands, **kwargs)
+            times.append(time.perf_counter() - t0)
+        c.measured_s = float(np.median(times))
+    except Exception as e:  # a candidate that cannot run here is reported, not fatal
+        c.error = f"{type(e).__name__}: {e}"[:160]
+
+
+def _gpu_present() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+# -------------------------------------------------------------------- the search
+def _key(op: str, csr, w: int, target: str, mach: Machine, dtype) -> str:
+    from . import __name__ as package
+
+    text = "|".join(
+        [package, str(TUNE_FORMAT), op, fingerprint(csr), str(w), target, str(np.dtype(dtype)), _machine_id(mach)]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _disk_path(key: str) -> Path:
+    from .runtime.cache import cache_dir
+
+    return cache_dir() / "tune" / f"{key}.json"
+
+
+def _load(key: str, op: str) -> TuneResult | None:
+    path = _disk_path(key)
+    try:
+        data = json.loads(path.read_text())
+        cands = [Candidate(**c) for c in data["candidates"]]
+        winner = cands[data["winner"]]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None  # missing or damaged: tune again (and overwrite)
+    seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
+    return TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
+                      Table(cands, winner), 0.0, key, cached=True, candidates=cands)  # fmt: skip
+
+
+def _save(result: TuneResult) -> None:
+    path = _disk_path(result.key)
+    data = {
+        "op": result.op,
+        "winner": result.candidates.index(result.table.winner),
+        "candidates": [c.__dict__ for c in result.candidates],
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache: the result still holds for this process
+
+
+def tune(
+    op: str,
+    A,
+    feat: int,
+    target: str = "cpu",
+    *,
+    top: int = 3,
+    budget: float = 0.25,
+    progress: bool | None = None,
+    cache: bool = True,
+    dtype=np.float32,
+) -> TuneResult:
+    """Search `op` ("spmm" or "sddmm") for matrix `A` at width `feat` (see the module docstring).
+
+    `top`: how many of the model's best are timed; `budget`: seconds of timed calls per
+    candidate (at least 3 calls); `progress`: a tqdm bar while candidates are timed and the table
+    printed after (None: only on a terminal); `cache`: read and write the on-disk cache.
+    """
+    from . import ops
+
+    if op not in ("spmm", "sddmm"):
+        raise InputError(f"unknown operator {op!r}: expected 'spmm' or 'sddmm'")
+    if target not in ("cpu", "cuda"):
+        raise InputError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
+    if not isinstance(feat, (int, np.integer)) or isinstance(feat, bool) or feat < 0:
+        raise InputError(f"feat must be a non-negative int, got {feat!r}")
+    if not isinstance(top, int) or top < 1:
+        raise InputError(f"top must be a positive int, got {top!r}")
+    csr = ops._as_csr(A)
+    mach = machine()
+    key = _key(op, csr, int(feat), target, mach, dtype)
+    if cache:
+        hit = _MEMORY.get(key) or _load(key, op)
+        if hit is not None:
+            _MEMORY[key] = hit
+            return dataclasses.replace(hit, cached=True, tuning_seconds=0.0)
+    start = time.perf_counter()
+    s = Structure.of(csr)
+    cands = candidates(op, s, int(feat), target, mach)
+    timed = cands[:top] if (s.nnz * feat >= TIMING_GRAIN and (target == "cpu" or _gpu_present())) else []
+    show = _interactive() if progress is None else bool(progress)
+    if timed:
+        from tqdm.auto import tqdm
+
+        operands = _operands(op, csr, int(feat), dtype)
+        for c in tqdm(timed, desc=f"tuning {op} (width {feat})", unit="candidate", disable=not show, leave=False):
+            _time(op, csr, operands, c, target, budget)
+    ok = [c for c in timed if c.measured_s is not None]
+    winner = min(ok, key=lambda c: c.measured_s) if ok else cands[0]
+    seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
+    result = TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
+                        Table(cands, winner), time.perf_counter() - start, key, candidates=cands)  # fmt: skip
+    _MEMORY[key] = result
+    if cache:
+        _save(result)
+    if show:
+        print(result)
+    return result
+
+
+def _interactive() -> bool:
+    import sys
+
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+def spmm(A, feat: int, target: str = "cpu", **options) -> TuneResult:
+    """Tune `A @ B` for a `feat`-wide B: see `tune`."""
+    return tune("spmm", A, feat, target, **options)
+
+
+def sddmm(A, feat: int, target: str = "cpu", **options) -> TuneResult:
+    """Tune `A * (X @ Y.T)` for `feat`-wide X and Y: see `tune`."""
+    return tune("sddmm", A, feat, target, **options)
