@@ -67,9 +67,19 @@ def sparse_variable(parent, shape, data, idtype="int32", sorted=True):
     _only_in_script("sparse_variable")
 
 
-def match_sparse_buffer(param, axes, dtype="float32", default_value=0, value_range=None):
-    """Values over `axes` passed as the handle parameter `param`."""
+def match_sparse_buffer(param, axes, dtype="float32", default_value=0, value_range=None, encoding=None):
+    """Values over `axes` passed as the handle parameter `param`.
+
+    With `encoding` (an MLIR `#sparse_tensor.encoding`: its text, a `T.encoding("...")`, or a
+    parsed encoding captured from the enclosing scope), `axes` are the tensor's dimensions
+    (dense_fixed) and the encoding decides the stored levels (`sparsetir_py.format.encoded_buffer`).
+    """
     _only_in_script("match_sparse_buffer")
+
+
+def encoding(text):
+    """`T.encoding("#sparse_tensor.encoding<{...}>")`: an MLIR encoding for `match_sparse_buffer`."""
+    _only_in_script("encoding")
 
 
 def alloc_sparse_buffer(axes, dtype="float32", scope="global"):
