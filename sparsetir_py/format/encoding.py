@@ -496,7 +496,6 @@ class _Parser:
         levels: list[tuple[_Tok, LevelExpr, LevelType, _Tok | None]] = []
 
         def level_spec():
-            tok = self.tok
             name = None
             if self.tok.kind == "ident" and self.peek().text == "=" and self.peek().kind == "op":
                 name = self.advance()
@@ -518,11 +517,11 @@ class _Parser:
                     )
             elif lvl_vars is not None:
                 raise self.fail(f"`{lvl_vars[len(levels)].text} =`" if len(levels) < len(lvl_vars) else "`)`")
-            tok = self.tok
             e = self.expr(dims, syms, allow_counter=True, scope=(dim_scope, sym_scope))
             self.expect(":", "`:` and a level type after the level expression")
+            type_tok = self.tok
             lt = self.level_type()
-            levels.append((tok, e, lt, name))
+            levels.append((type_tok, e, lt, name))
 
         self.comma_list(")", level_spec, "the level list")
         if lvl_vars is not None and len(levels) != len(lvl_vars):
@@ -561,7 +560,8 @@ class _Parser:
 
         vals = self.comma_list(")", value, "the slice")
         if len(vals) != 3:
-            raise self.fail("three slice values (offset, size, stride)")
+            close = self.tokens[self.i - 1]
+            raise self.error(f"expected three slice values (offset, size, stride), but got {len(vals)}", close)
         self.expect(">", "`>` closing `#sparse_tensor<`")
         if vals[2] == 0:
             raise self.fail("a positive slice stride")

@@ -226,14 +226,14 @@ def _entries(A) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
         coo.sum_duplicates()
         coords = np.stack([np.asarray(c, dtype=np.int64) for c in coo.coords], axis=1)
         return coords.reshape(-1, len(coo.shape)), np.asarray(coo.data), tuple(coo.shape)
-    if isinstance(A, np.ndarray | list | tuple):
+    if isinstance(A, np.ndarray | np.generic | list | tuple):
         arr = np.asarray(A)
         if arr.dtype == object or arr.dtype.kind not in "biufc":
             raise EncodingError(f"to_storage needs a numeric array, but got dtype {arr.dtype}")
-        nz = np.nonzero(arr)
-        coords = np.stack([np.asarray(c, dtype=np.int64) for c in nz], axis=1) if arr.ndim else None
-        if coords is None:
+        if arr.ndim == 0:
             raise EncodingError("to_storage needs a tensor of rank >= 1, but got a scalar")
+        nz = np.nonzero(arr)
+        coords = np.stack([np.asarray(c, dtype=np.int64) for c in nz], axis=1)
         return coords.reshape(-1, arr.ndim), arr[nz], tuple(arr.shape)
     raise EncodingError(f"to_storage needs a scipy sparse matrix or a numpy array, but got {type(A).__name__}")
 
