@@ -336,7 +336,7 @@ class _Rewriter:
                     f"iteration `{s.name}` reads `{buf.name}` at computed indices; a nonunique (COO) or counting "
                     "(ELL) level can only be read by the iteration's own iterators"
                 )
-            index = [substitute(i, mapping) for i in n.indices]
+            index = [mk.cast(lay.axes[0].idtype, substitute(i, mapping)) for i in n.indices]
             coords = {k: from_affine(e, index, dtype=lay.axes[0].idtype) for k, e in enumerate(enc.level_exprs)}
             return BufferLoad(new_buf, _coords_to_axes(lay, coords))
 
