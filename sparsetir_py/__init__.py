@@ -8,6 +8,7 @@ from . import format, ir, ops, script
 from .driver import compile
 from .errors import (
     CodegenError,
+    EncodingError,
     FormatError,
     FrontendError,
     InputError,
@@ -17,7 +18,7 @@ from .errors import (
     SparseTIRError,
     VerifyError,
 )
-from .format import FormatRewriteRule
+from .format import FormatRewriteRule, parse_encoding, to_storage
 from .interp import interpret
 from .ir import IRModule, Layout, PrimFunc
 from .ir.structural_equal import assert_structural_equal, structural_equal
@@ -37,6 +38,7 @@ from .transform import (
 
 __all__ = [
     "CodegenError",
+    "EncodingError",
     "FormatError",
     "FormatRewriteRule",
     "FrontendError",
@@ -64,9 +66,11 @@ __all__ = [
     "lower_sparse_buffer",
     "lower_sparse_iter",
     "ops",
+    "parse_encoding",
     "remove_preprocess",
     "script",
     "structural_equal",
+    "to_storage",
     "verify",
 ]
 

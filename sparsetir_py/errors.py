@@ -59,3 +59,26 @@ class InputError(SparseTIRError):
 
 class InterpretError(SparseTIRError):
     """The reference interpreter met a script that reads or writes outside its buffers."""
+
+
+class EncodingError(SparseTIRError):
+    """Malformed MLIR `#sparse_tensor.encoding` text (reported with its position and what was
+    expected there), or a tensor that an encoding cannot store."""
+
+    def __init__(self, message: str, text: str | None = None, position: int | None = None):
+        self.message = message
+        self.text = text
+        self.position = position
+        self.line = self.column = None
+        full = message
+        if text is not None and position is not None:
+            position = max(0, min(position, len(text)))
+            self.position = position
+            self.line = text.count("\n", 0, position) + 1
+            start = text.rfind("\n", 0, position) + 1
+            end = text.find("\n", position)
+            self.column = position - start + 1
+            source_line = text[start : end if end >= 0 else len(text)]
+            full = f"{message} (at position {position}, line {self.line}, column {self.column})"
+            full += f"\n    {source_line.rstrip()}\n    {' ' * (position - start)}^"
+        super().__init__(full)

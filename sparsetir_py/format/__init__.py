@@ -6,10 +6,14 @@ part of a format decomposition, SparseTIR's eight fields).
 `storage` says how many positions a level stores and the shape, order and offset type of a
 buffer's values; `args` binds and checks the arguments of one call (kernels and the interpreter
 share it).
+`encoding` parses MLIR's `#sparse_tensor.encoding`; `mlir_storage` stores a tensor under one
+(`to_storage`: positions / coordinates / values per level, and back).
 """
 
 from .args import AxisData, BoundArguments, bind_arguments
 from .converters import convert, to_bsr, to_ell_parts, to_padded
+from .encoding import LevelType, SparseTensorEncoding, parse_encoding
+from .mlir_storage import SparseTensorStorage, to_storage
 from .rule import FormatRewriteRule
 from .storage import eval_storage_shape, n_positions, offset_dtype, storage_order, storage_shape
 
@@ -17,14 +21,19 @@ __all__ = [
     "AxisData",
     "BoundArguments",
     "FormatRewriteRule",
+    "LevelType",
+    "SparseTensorEncoding",
+    "SparseTensorStorage",
     "bind_arguments",
     "convert",
     "eval_storage_shape",
     "n_positions",
     "offset_dtype",
+    "parse_encoding",
     "storage_order",
     "storage_shape",
     "to_bsr",
     "to_ell_parts",
     "to_padded",
+    "to_storage",
 ]

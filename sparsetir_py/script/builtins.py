@@ -67,12 +67,24 @@ def sparse_variable(parent, shape, data, idtype="int32", sorted=True):
     _only_in_script("sparse_variable")
 
 
-def match_sparse_buffer(param, axes, dtype="float32", default_value=0, value_range=None, extra_storage=None):
+def match_sparse_buffer(
+    param, axes, dtype="float32", default_value=0, value_range=None, extra_storage=None, encoding=None
+):
     """Values over `axes` passed as the handle parameter `param`.
 
     `extra_storage=e` (SparseTIR's keyword): `e` more elements stored after the axes' own, read by
-    flat position (an `indptr` array over `[I]` holds `m + 1`: `J_indptr[vi + 1]`)."""
+    flat position (an `indptr` array over `[I]` holds `m + 1`: `J_indptr[vi + 1]`).
+
+    With `encoding` (an MLIR `#sparse_tensor.encoding`: its text, a `T.encoding("...")`, or a
+    parsed encoding captured from the enclosing scope), `axes` are the tensor's dimensions
+    (dense_fixed) and the encoding decides the stored levels (`sparsetir_py.format.encoded_buffer`).
+    """
     _only_in_script("match_sparse_buffer")
+
+
+def encoding(text):
+    """`T.encoding("#sparse_tensor.encoding<{...}>")`: an MLIR encoding for `match_sparse_buffer`."""
+    _only_in_script("encoding")
 
 
 def alloc_sparse_buffer(axes, dtype="float32", scope="global", extra_storage=None, value_range=None):

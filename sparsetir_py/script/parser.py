@@ -56,6 +56,7 @@ STUBS = {
     "sparse_fixed": B.sparse_fixed,
     "sparse_variable": B.sparse_variable,
     "match_sparse_buffer": B.match_sparse_buffer,
+    "encoding": B.encoding,
     "alloc_sparse_buffer": B.alloc_sparse_buffer,
     "match_buffer": B.match_buffer,
     "alloc_buffer": B.alloc_buffer,
@@ -134,6 +135,7 @@ class Parser:
         self.bound_axes: list[ir.Axis] = []
         self.loop_extents: dict[Var, PrimExpr] = {}
         self.node: ast.AST | None = None
+        self.encoded: dict[ir.SparseBuffer, tuple[Any, ast.AST]] = {}  # buffer -> (encoding, its node)
 
     # ---------------------------------------------------------------- errors and names
     def fail(self, node: ast.AST | None, message: str) -> FrontendError:
@@ -361,7 +363,21 @@ class Parser:
         self.scopes.pop()
         if "stage" not in attrs:
             attrs["stage"] = infer_stage(body, buffers)
-        return ir.PrimFunc(fdef.name, tuple(params), tuple(axes), tuple(buffers), body, FrozenDict(attrs))
+        func = ir.PrimFunc(fdef.name, tuple(params), tuple(axes), tuple(buffers), body, FrozenDict(attrs))
+        return self.expand_encodings(func)
+
+    def expand_encodings(self, func: ir.PrimFunc) -> ir.PrimFunc:
+        """Buffers declared with `encoding=` move onto their encoding's level axes (MLIR style)."""
+        if not self.encoded:
+            return func
+        from ..format.encoded_buffer import expand_encoded_buffers
+
+        for buf, (enc, node) in self.encoded.items():
+            try:
+                func = expand_encoded_buffers(func, {buf: enc})
+            except SparseTIRError as e:
+                raise self.fail(node, str(e)) from None
+        return func
 
     def assume_buffer_domain(self, call: ast.Call, buffers: list[ir.Buffer]) -> None:
         """`T.assume_buffer_domain(X, [lo, hi])` (SparseTIR): every value of `X` lies in the
@@ -427,6 +443,8 @@ class Parser:
                 raise self.fail(args["default_value"], "`default_value` must be a number")
             param = self.handle_ref(args["param"])
             buf = ir.SparseBuffer(target.id, axes, dtype, param, default, "global", value_range, extra)
+            if args["encoding"] is not None:
+                self.encoded[buf] = (self.encoding_arg(args["encoding"]), args["encoding"])
         else:
             scope = self.const_str(args["scope"], "scope")
             buf = ir.SparseBuffer(target.id, axes, dtype, None, 0, scope, value_range, extra)
@@ -441,6 +459,24 @@ class Parser:
         if isinstance(extra, IntImm) and extra.value < 0:
             raise self.fail(node, f"`extra_storage` must not be negative, got {extra.value}")
         return None if isinstance(extra, IntImm) and extra.value == 0 else extra
+
+    def encoding_arg(self, node: ast.AST):
+        """`encoding=`: encoding text, `T.encoding("...")`, or an encoding captured by name."""
+        from ..format.encoding import SparseTensorEncoding, parse_encoding
+
+        if self.call_name(node) == "encoding":
+            node = self.bind(node, "encoding")["text"]
+        if isinstance(node, ast.Name) and not any(node.id in sc for sc in self.scopes):
+            value = self.env.get(node.id, _MISSING)
+            if isinstance(value, SparseTensorEncoding):
+                return value
+        value = self.literal(node)
+        if not isinstance(value, str):
+            raise self.fail(node, f"`encoding` must be an MLIR encoding or its text, got {value!r}")
+        try:
+            return parse_encoding(value)
+        except SparseTIRError as e:
+            raise self.fail(node, str(e)) from None
 
     def decl_flat_buffer(self, st: ast.Assign, name: str) -> ir.FlatBuffer:
         target = self.target_name(st)

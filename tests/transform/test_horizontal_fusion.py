@@ -73,7 +73,8 @@ DRIVER = textwrap.dedent(
             args = {"b": B, "c": C, "m": m, "n": n, **sp.format.convert(A, rules)}
             args = {k: v for k, v in args.items() if k in kernel.parameters}
             kernel(**args)
-            out[f"spmm {m}x{n} parts={col_parts}"] = [float(np.abs(C - A @ B).max()), len(kernel.launch_configs(**args))]
+            launches = len(kernel.launch_configs(**args))
+            out[f"spmm {m}x{n} parts={col_parts}"] = [float(np.abs(C - A @ B).max()), launches]
         # No row shared: one column part, buckets up to the longest row (disjoint_writes, no atomics).
         rules = format_rules.hyb.rules(A, 1, [1, 2, 4, 8], dname, iname)
         mod = sp.remove_preprocess(sp.decompose_format(spmm_script(iname, dname), rules))
@@ -141,7 +142,7 @@ def test_cpu_sddmm_parts_share_one_parallel_loop(col_parts):
     A = matrix(17, 13, 5)
     X = np.random.default_rng(0).standard_normal((17, 6)).astype(np.float32)
     Y = np.random.default_rng(1).standard_normal((13, 6)).astype(np.float32)
-    kernel, rules = _compile_cpu("sddmm", A, format_rules.hyb.rules(A, col_parts, [1, 2, 4]))
+    kernel, _ = _compile_cpu("sddmm", A, format_rules.hyb.rules(A, col_parts, [1, 2, 4]))
     # The row searches in one parallel loop, the parts in another, whatever the number of parts.
     assert _top_level_nests(kernel) == 2
     assert kernel.source.count("numba.prange") == 2
