@@ -91,14 +91,14 @@ def parts(target: str, shared_rows: bool = True, threads: int = 32, rows_per_blo
 
 
 def fuse_layers_and_rows(sch: Schedule, reductions: bool = True) -> None:
-    """Stage I: in every part (a sparse iteration without init) whose first two iterators walk a
+    """Stage I: in every part (for SpMM a sparse iteration without init) whose first two iterators walk a
     dense root and its child (an ELL/hyb part's layers and rows), fuse the two into one iterator
     over the part's rows of all layers; lowering adds a search for each row's layer (block
     `<part>_fuse_search`). Where the layers are a reduction (SpMM: a split row appears once per
     layer) only with `reductions`."""
     func = sch.mod["main"]
     for it in [n for n in walk(func.body) if isinstance(n, SparseIteration)]:
-        if it.init is not None or len(it.axes) < 2:
+        if len(it.axes) < 2 or (it.init is not None and it.kinds[:2] != "SS"):
             continue
         # "RS": SpMM over an ELL part (layers reduce, rows are outputs); "SS": SDDMM, whose parts
         # write their own outputs (the fused loop walks all of a part's slots or blocks). "SR" (a
