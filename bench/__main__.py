@@ -55,7 +55,8 @@ def parser() -> argparse.ArgumentParser:
         "--format",
         default="csr",
         metavar="NAME",
-        help="the format ours decomposes A into: csr (default), bsr, ell, hyb, padding, or a rule file's path",
+        help="the format ours decomposes A into: csr (default), auto (sp.tune chooses; its time in its own column), "
+        "bsr, ell, hyb, padding, or a rule file's path",
     )
     p.add_argument(
         "--format-param",

@@ -37,6 +37,9 @@ class Prepared:
     sync: Callable[[], None] | None = None  # ends an asynchronous call (device synchronisation)
     note: str = ""
     convert_s: float | None = None  # seconds to convert A to the format (ours, format != csr)
+    tune_s: float | None = None  # seconds `sp.tune` searched (ours, format "auto"; 0 when cached)
+    chosen: str | None = None  # the configuration `sp.tune` chose (format "auto")
+    col_parts: int = 1  # column partitions of the format that runs (the roofline's reuse)
 
 
 class StructureMismatch(ValueError):
@@ -106,7 +109,16 @@ class Ours(Library):
         import sparsetir_py as sp
 
         params = dict(format_params or {})
-        fmt, convert_s = format, None
+        fmt, convert_s, tune_s, chosen = format, None, None, None
+        if format == "auto":
+            # The search alone, timed once (its result is cached: every later call looks it up).
+            width = (operands["B"] if op == "spmm" else operands["X"]).shape[1]
+            t0 = time.perf_counter()
+            result = getattr(sp.tune, op)(A, width, progress=False)
+            tune_s = 0.0 if result.cached else time.perf_counter() - t0
+            chosen = result.table.winner.label
+            format, schedule, params = result.format, result.schedule, dict(result.params)
+            fmt = format
         if format != "csr":
             import format_rules
 
@@ -116,10 +128,11 @@ class Ours(Library):
             t0 = time.perf_counter()
             module.convert(A, **{k: v for k, v in params.items()})
             convert_s = time.perf_counter() - t0
+        parts = int(params.get("num_col_parts", 1)) if format == "hyb" else 1
         if op == "spmm":
             B = operands["B"]
             call = lambda: sp.ops.spmm(A, B, format=fmt, target="cpu", schedule=schedule, **params)  # noqa: E731
-            return Prepared(call, np.asarray, convert_s=convert_s)
+            return Prepared(call, np.asarray, convert_s=convert_s, tune_s=tune_s, chosen=chosen, col_parts=parts)
         X, Y = operands["X"], operands["Y"]
 
         def extract(S):
@@ -127,7 +140,7 @@ class Ours(Library):
             return S.data
 
         call = lambda: sp.ops.sddmm(A, X, Y, format=fmt, target="cpu", schedule=schedule, **params)  # noqa: E731
-        return Prepared(call, extract, convert_s=convert_s)
+        return Prepared(call, extract, convert_s=convert_s, tune_s=tune_s, chosen=chosen, col_parts=parts)
 
 
 class OursCUDA(Library):

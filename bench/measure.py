@@ -188,6 +188,30 @@ def bytes_moved(op: str, m: int, n: int, nnz: int, width: int, index_bytes: int 
     raise ValueError(f"in `bytes_moved`: expected op 'spmm' or 'sddmm', but got {op!r}")
 
 
+def bytes_with_reuse(
+    op: str,
+    m: int,
+    n: int,
+    nnz: int,
+    width: int,
+    touched: int,
+    col_parts: int = 1,
+    cache_bytes: int = 32 << 20,
+    index_bytes: int = 4,
+    value_bytes: int = 4,
+) -> int:
+    """`bytes_moved` with the reuse the chosen format allows: when the slice of the gathered
+    operand (B for SpMM, Y for SDDMM) that one column partition reads fits in the last-level
+    cache (`n * width * v / col_parts <= cache_bytes`), each of its `touched` rows (distinct
+    columns of A) comes from memory once; otherwise every gather does (no reuse). This is the
+    roofline's traffic: the time it takes at the STREAM rate bounds a kernel from below unless
+    the lower cache levels serve more than the model counts."""
+    no_reuse = bytes_moved(op, m, n, nnz, width, index_bytes, value_bytes)
+    if n * width * value_bytes / max(1, col_parts) > cache_bytes:
+        return no_reuse
+    return no_reuse - nnz * width * value_bytes + touched * width * value_bytes
+
+
 def geomean(values: Iterable[float]) -> float:
     """Geometric mean of positive numbers (nan when there are none)."""
     logs = [math.log(v) for v in values]

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .libraries import BASELINES, LIBRARIES, OURS
-from .measure import bytes_moved, geomean
+from .measure import bytes_moved, bytes_with_reuse, geomean
 
 #: Ratios the project aims for (DESIGN.md §5, issue 5); reported, not enforced.
 TARGETS = {"spmm": {"mkl": 0.8, "torch": 1.0}, "sddmm": {"torch": 1.2}}
@@ -49,6 +49,14 @@ def derive(op: str, record: dict) -> dict:
         r["bytes_model"] = bytes_moved(op, r["m"], r["n"], r["nnz"], r["width"], r["index_bytes"])
         r["GBps"] = r["bytes_model"] / r["median_s"] / 1e9
         r["frac_stream"] = r["GBps"] / stream
+        if "touched" in r:
+            # The roofline: the traffic with the format's reuse, at the STREAM rate.
+            r["bytes_reuse"] = bytes_with_reuse(
+                op, r["m"], r["n"], r["nnz"], r["width"], r["touched"], r.get("col_parts", 1),
+                index_bytes=r["index_bytes"],
+            )  # fmt: skip
+            r["roofline_s"] = r["bytes_reuse"] / (stream * 1e9)
+            r["frac_roofline"] = r["roofline_s"] / r["median_s"]
     by_key = {(r["library"], r["graph"], r["width"]): r for r in record["results"]}
     comparisons, geomeans = [], {}
     for target, ours in OURS.items():
@@ -131,6 +139,10 @@ def markdown(report: dict) -> str:
         "checked against scipy (float64) before timing",
         f"- bandwidth: bytes of the traffic model (`bench.measure.bytes_moved`) / time; %STREAM is of the best "
         f"triad rate. {_model_text(op)}",
+        "- roofline: bytes of the same model with the chosen format's reuse (`bench.measure.bytes_with_reuse`: "
+        "each gathered row read from memory once when a column partition's slice of the dense operand fits in "
+        "the last-level cache), the time they take at the best STREAM rate, and that time over the kernel's "
+        "(above 100%: the kernel beat the roofline, caches closer than memory served it)",
     ]
     loads = [entry["loadavg"][0] for entry in report.get("load", [])]
     if loads:
@@ -160,8 +172,11 @@ def markdown(report: dict) -> str:
             continue
         baselines = [b for b in BASELINES[target] if b in report["libraries"]]
         lines += ["", f"## {target.upper()}", ""]
-        converts = any("convert_s" in r for r in report["results"] if r.get("library") == ours)
-        extra = ["convert ms"] if converts else []
+        mine_all = [r for r in report["results"] if r.get("library") == ours]
+        converts = any("convert_s" in r for r in mine_all)
+        tunes = any("tune_s" in r for r in mine_all)
+        roof = any("roofline_s" in r for r in mine_all)
+        extra = (["tune s", "chosen"] if tunes else []) + (["convert ms"] if converts else [])
         header = [
             "graph",
             "nnz",
@@ -170,11 +185,14 @@ def markdown(report: dict) -> str:
             *extra,
             "GB/s",
             "%STREAM",
+            *(["roofline MB", "roofline ms", "% of roofline"] if roof else []),
             *(f"{b} ms (ratio)" for b in baselines),
         ]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
-        for graph in config["graphs"]:
+        # Result graph names (a file's stem, not the path given on the command line), in run order.
+        graphs = list(dict.fromkeys(r["graph"] for r in report["results"] if "graph" in r))
+        for graph in graphs:
             for width in config["widths"]:
                 mine = by_key.get((ours, graph, width))
                 if mine is None:
@@ -185,9 +203,23 @@ def markdown(report: dict) -> str:
                     str(mine.get("nnz", "")),
                     str(width),
                     _cell_ms(mine),
+                    *(
+                        [f"{mine['tune_s']:.2f}" if "tune_s" in mine else "-", mine.get("chosen") or "-"]
+                        if tunes
+                        else []
+                    ),
                     *([f"{1e3 * mine['convert_s']:.1f}" if "convert_s" in mine else "-"] if converts else []),
                     f"{mine['GBps']:.3g}" if ok else "-",
                     f"{100 * mine['frac_stream']:.0f}%" if ok else "-",
+                    *(
+                        [
+                            f"{mine['bytes_reuse'] / 1e6:.1f}",
+                            f"{1e3 * mine['roofline_s']:.3g}",
+                            f"{100 * mine['frac_roofline']:.0f}%",
+                        ]
+                        if roof and ok and "roofline_s" in mine
+                        else (["-"] * 3 if roof else [])
+                    ),
                 ]
                 for b in baselines:
                     cell = _cell_ms(by_key.get((b, graph, width)))

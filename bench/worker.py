@@ -94,6 +94,7 @@ def run_group(job: dict, emit: Emit) -> None:
             "n": n,
             "nnz": int(A.nnz),
             "index_bytes": A.indices.dtype.itemsize,
+            "touched": int(np.count_nonzero(np.bincount(A.indices, minlength=n))) if A.nnz else 0,
         }
         try:
             if op == "spmm":
@@ -107,6 +108,9 @@ def run_group(job: dict, emit: Emit) -> None:
             prepared = lib.prepare(op, A, operands, **ours)
             if prepared.convert_s is not None:
                 result["convert_s"] = prepared.convert_s
+            if prepared.tune_s is not None:
+                result["tune_s"], result["chosen"] = prepared.tune_s, prepared.chosen
+            result["col_parts"] = prepared.col_parts
             t0 = time.perf_counter()
             raw = prepared.fn()  # the first call compiles (ours) or initialises (baselines)
             if prepared.sync:
