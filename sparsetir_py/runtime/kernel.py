@@ -48,6 +48,9 @@ class Kernel:
         self._ks = ks
         self._fn = fn  # the Numba dispatcher
         self._plans: dict[tuple, list] = {}  # argument signature -> binding plan (CPU)
+        #: Parameters bound to constants before lowering (`sp.compile(..., specialize=...)`): a call
+        #: may still pass them, with the same value, so code written for the generic function runs.
+        self.specialized: dict[str, int | float] = {}
 
     @property
     def name(self) -> str:
@@ -64,6 +67,23 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} `{self.name}` target={self.target} {self.path.name}>"
 
+    def _drop_specialized(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """`kwargs` without the specialised parameters, whose values must be the compiled ones."""
+        if not self.specialized or not any(k in self.specialized for k in kwargs):
+            return kwargs
+        out = {}
+        for name, value in kwargs.items():
+            if name not in self.specialized:
+                out[name] = value
+                continue
+            want = self.specialized[name]
+            if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number) or value != want:
+                raise InputError(
+                    f"`{self.name}` was compiled with `{name}` specialized to {want}, got {name}={value!r}; "
+                    f"compile again without specialize={{{name!r}: ...}} to pass other values"
+                )
+        return out
+
     def _scalar(self, kp: KernelParam, bound: BoundArguments) -> Any:
         p = kp.obj
         return np.dtype(p.dtype).type(bound.scalars[p])
@@ -78,6 +98,7 @@ class CPUKernel(Kernel):
         `threads` caps the Numba threads of this call (None: Numba's current setting). One
         thread skips waking the pool, which costs more than a small problem's whole run (about
         70 us per call with `OMP_WAIT_POLICY=passive`)."""
+        kwargs = self._drop_specialized(kwargs)
         values = self._values(args, kwargs, check_structure)
         if threads is None:
             self._fn(*values)
@@ -190,6 +211,7 @@ class CUDAKernel(Kernel):
     # ---------------------------------------------------------------- calls
     def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
         """Check the arguments, copy numpy arrays to the device, launch, copy written buffers back."""
+        kwargs = self._drop_specialized(kwargs)
         values = _bind_values(self.func, tuple(args), dict(kwargs))
         device_values = {name: v for name, v in values.items() if _is_device_array(v)}
         checked = dict(values)
