@@ -67,6 +67,45 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} `{self.name}` target={self.target} {self.path.name}>"
 
+    def _repr_html_(self) -> str:
+        """Jupyter: launch configuration, argument table, then the generated source."""
+        from .. import display
+
+        launch = self._launch_html()
+        args = display.table(["parameter", "kind", "dtype", "shape", "role"], self._argument_rows())
+        fixed = ", ".join(f"{k}={v}" for k, v in self.specialized.items())
+        subtitle = f"{self.target} · {self.path.name}" + (f" · specialized {fixed}" if fixed else "")
+        return display.section(
+            f"{type(self).__name__} {self.name}",
+            launch,
+            display.details("arguments", args, open=True),
+            display.details(f"generated source ({len(self.source.splitlines())} lines)", display.code(self.source)),
+            subtitle=subtitle,
+        )
+
+    def _launch_html(self) -> str:
+        from .. import display
+
+        options = ", ".join(f"{k}={v!r}" for k, v in sorted(self.options.items()))
+        return f"<div>Numba <code>@njit</code> ({display.escape(options)}); `threads=` caps a call's threads</div>"
+
+    def _argument_rows(self) -> list[list[str]]:
+        from ..ir.printer import ScriptPrinter
+
+        printer = ScriptPrinter()
+        buffers = self.func.buffer_map
+        written = {b.data.name for b in written_buffers(self.func) if getattr(b, "data", None) is not None}
+        rows = []
+        for p in self.func.params:
+            buf = buffers.get(p)
+            if buf is None:
+                rows.append([p.name, "scalar", p.dtype, "", ""])
+                continue
+            shape = "(" + ", ".join(printer.expr(e) for e in buf.shape) + ("," if len(buf.shape) == 1 else "") + ")"
+            role = "written" if p.name in written else "read"
+            rows.append([p.name, f"buffer {buf.name}", buf.dtype, shape, role])
+        return rows
+
     def _drop_specialized(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """`kwargs` without the specialised parameters, whose values must be the compiled ones."""
         if not self.specialized or not any(k in self.specialized for k in kwargs):
@@ -177,6 +216,24 @@ class CUDAKernel(Kernel):
         self._ptx: dict[tuple[int, int], str] = {}
         self._written = written_buffers(self.func)  # copied back after a launch
         self._structure = _structure_handles(self.func)  # read on the host by the O(nnz) checks
+
+    def _launch_html(self) -> str:
+        from .. import display
+        from ..ir.printer import ScriptPrinter
+
+        printer = ScriptPrinter()
+        rows = []
+        for index, launch in enumerate(self._ks.launches or (self._ks.launch,)):
+            for tag, extents in launch.items():
+                text = ", ".join(printer.expr(e) for e in extents)
+                rows.append([index, tag, text if len(extents) == 1 else f"max({text})"])
+        if not rows:
+            return "<div>one thread: grid (1,), block (1,)</div>"
+        return display.details(
+            f"launch configuration ({len(self._ks.launches) or 1} launch(es))",
+            display.table(["launch", "thread tag", "extent"], rows),
+            open=True,
+        )
 
     # ---------------------------------------------------------------- launch configuration
     def launch_config(self, **scalars: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
