@@ -53,7 +53,7 @@ class Config:
     stream_trials: int = 10
     out: Path = DEFAULT_OUT
     keep_openblas_env: bool = False
-    omp_wait_policy: str = "passive"  # DESIGN §5; "active" spins (faster wake-up, bad on a shared machine)
+    omp_wait_policy: str = "passive"  # docs/design.md §5; "active" spins (faster wake-up, bad on a shared machine)
     progress: bool = True
     rmat: RmatParams = field(default_factory=RmatParams)
     worker_timeout: float = 1800.0

@@ -48,7 +48,7 @@ PARALLEL_GRAIN = 1 << 21
 
 
 def spmm_script(idtype: str = "int32", dtype: str = "float32") -> PrimFunc:
-    """C = A @ B with A in CSR (the script of DESIGN.md §3)."""
+    """C = A @ B with A in CSR (the script of docs/design.md §3)."""
 
     @T.prim_func
     def csrmm(a: T.handle, b: T.handle, c: T.handle, indptr: T.handle, indices: T.handle,
