@@ -151,14 +151,18 @@ def _format_params(items: list[str]) -> dict:
     return out
 
 
-def plot(report: dict, path: Path) -> Path:
-    """The ratio plot of a report (`sparsetir_py.viz.bench_ratios`) as a PNG at `path`."""
+def plot(report: dict, path: Path) -> str:
+    """Write the ratio plot of a report (`sparsetir_py.viz.bench_ratios`) as a PNG at `path`;
+    returns what happened, for the terminal (no plot when no ratio could be computed)."""
     from sparsetir_py import viz
 
-    fig = viz.bench_ratios(report)
+    try:
+        fig = viz.bench_ratios(report)
+    except viz.VizError as e:
+        return f"no plot: {e}"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     viz.close(fig)
-    return path
+    return f"wrote {path}"
 
 
 def _auto_targets() -> tuple[str, ...]:
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(summary(report))
         print(f"  wrote {md_path} and {json_path}")
         if args.plot:
-            print(f"  wrote {plot(report, md_path.with_suffix('.png'))}")
+            print(f"  {plot(report, md_path.with_suffix('.png'))}")
         ours = set(OURS.values())
         for r in report["results"]:
             if r.get("status") == "wrong" or (r["library"] in ours and r.get("status") != "ok"):

@@ -149,9 +149,9 @@ def load_graph(name: str, path: str | None = None) -> scipy.sparse.csr_matrix:
     if not file.is_file():
         raise KeyError(f"in `load_graph`: no matrix {name!r} ({file} is missing); known: {', '.join(known_graphs())}")
     if file.name.endswith(MATRIX_MARKET_SUFFIXES):
-        import scipy.io
+        from scipy.io import mmread
 
-        matrix = scipy.sparse.csr_matrix(scipy.io.mmread(file))
+        matrix = scipy.sparse.csr_matrix(mmread(file))
     else:
         matrix = scipy.sparse.csr_matrix(scipy.sparse.load_npz(file))
     matrix.sum_duplicates()  # also sorts the indices
