@@ -121,8 +121,8 @@ def spy(A, ax=None, title: str | None = None, color: str = "C0", markersize: flo
     else:
         size = markersize if markersize is not None else max(0.05, min(20.0, 2e4 / max(A.nnz, 1)))
         ax.scatter(coo.col, coo.row, s=size, marker="s", c=color, linewidths=0)
-        ax.set_xlim(-0.5, n - 0.5)
-        ax.set_ylim(m - 0.5, -0.5)
+        ax.set_xlim(-0.5, max(n, 1) - 0.5)
+        ax.set_ylim(max(m, 1) - 0.5, -0.5)
         ax.set_aspect("equal" if max(m, n) <= 4 * max(min(m, n), 1) else "auto")
     ax.set_xlabel("column")
     ax.set_ylabel("row")

@@ -111,9 +111,9 @@ def read_matrix_file(path: str | os.PathLike) -> scipy.sparse.spmatrix:
         raise KeyError(f"in `load_matrix`: no matrix file {str(file)!r}")
     try:
         if file.name.endswith(_MATRIX_MARKET):
-            import scipy.io
+            from scipy.io import mmread
 
-            matrix = scipy.io.mmread(file)
+            matrix = mmread(file)
         else:
             matrix = scipy.sparse.load_npz(file)
     except (ValueError, OSError, TypeError, IndexError) as e:
