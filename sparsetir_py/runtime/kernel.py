@@ -229,8 +229,9 @@ class CUDAKernel(Kernel):
                 rows.append([index, tag, text if len(extents) == 1 else f"max({text})"])
         if not rows:
             return "<div>one thread: grid (1,), block (1,)</div>"
+        count = len(self._ks.launches) or 1
         return display.details(
-            f"launch configuration ({len(self._ks.launches) or 1} launch(es))",
+            f"launch configuration ({count} launch{'es' if count > 1 else ''})",
             display.table(["launch", "thread tag", "extent"], rows),
             open=True,
         )
