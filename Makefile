@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean venv
+.PHONY: demo test lint format clean venv docs
 
 venv: $(STAMP)
 
@@ -22,6 +22,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/python -m pytest -n 2 -q
 
+# The documentation (Sphinx, docs/): HTML in docs/_build/html, warnings are errors.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs/_build/html/index.html"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -30,4 +35,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info docs/_build

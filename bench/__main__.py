@@ -30,9 +30,15 @@ ALL_BASELINES = tuple(b for bs in BASELINES.values() for b in bs)
 SMOKE = {"graphs": ["cora"], "widths": [32], "baselines": ["scipy"], "repeat": 5, "budget": 0.2}
 
 
-def parser() -> argparse.ArgumentParser:
+def program_name() -> str:
+    """How this command was started, for `--help` and the report: `sparsetir-bench`, `python -m bench`."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return "python -m bench" if name in ("", "__main__.py", "-c", "-m") else name
+
+
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m bench",
+        prog=prog or program_name(),
         description="Time sparsetir_py's SpMM / SDDMM against scipy, MKL, torch.sparse, GraphBLAS (and cuSPARSE).",
     )
     p.add_argument("op", choices=[*OPS, "all"], help="operator to benchmark ('all': both, one after the other)")
@@ -40,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
         "--graphs",
         nargs="+",
         metavar="NAME",
-        help=f"shipped graph names or paths to scipy .npz files (default: {' '.join(DEFAULT_GRAPHS)})",
+        help="shipped graph names, rmat, or paths to scipy .npz or Matrix Market .mtx files "
+        f"(default: {' '.join(DEFAULT_GRAPHS)})",
     )
     p.add_argument("--widths", nargs="+", type=int, metavar="W", help="feature widths (default: 32 128 512)")
     p.add_argument(
@@ -74,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keep-openblas-env", action="store_true", help="leave OPENBLAS_CORETYPE/L2_SIZE to workers")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--plot", action="store_true", help="also write <out>/<op>.png: ratios per graph and width (needs [viz])"
+    )
     return p
 
 
@@ -84,7 +94,8 @@ def configs(args: argparse.Namespace) -> list[Config]:
     unknown = sorted(g for g in graphs if g not in known_graphs() and not is_graph_file(g))
     if unknown:
         raise SystemExit(
-            f"unknown graph(s) {', '.join(unknown)}; known: {', '.join(known_graphs())}, or a path to a scipy .npz file"
+            f"unknown graph(s) {', '.join(unknown)}; known: {', '.join(known_graphs())}, "
+            "or a path to a scipy .npz or Matrix Market .mtx file"
         )
     widths = args.widths or smoke.get("widths") or list(DEFAULT_WIDTHS)
     if any(w <= 0 for w in widths):
@@ -141,17 +152,32 @@ def _format_params(items: list[str]) -> dict:
     return out
 
 
+def plot(report: dict, path: Path) -> str:
+    """Write the ratio plot of a report (`sparsetir_py.viz.bench_ratios`) as a PNG at `path`;
+    returns what happened, for the terminal (no plot when no ratio could be computed)."""
+    from sparsetir_py import viz
+
+    try:
+        fig = viz.bench_ratios(report)
+    except viz.VizError as e:
+        return f"no plot: {e}"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    viz.close(fig)
+    return f"wrote {path}"
+
+
 def _auto_targets() -> tuple[str, ...]:
     from .libraries import cuda_missing
 
     return ("cpu",) if cuda_missing() else ("cpu", "cuda")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m bench` and `sparsetir-bench`; returns the exit status."""
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Entry point of `python -m bench`, `sparsetir-bench` and `sparsetir-py bench`; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
-    command = "python -m bench " + shlex.join(argv)
+    prog = prog or program_name()
+    args = parser(prog).parse_args(argv)
+    command = f"{prog} {shlex.join(argv)}".rstrip()
     status = 0
     stream = None
     for config in configs(args):
@@ -163,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         json_path, md_path = write(report, Path(config.out))
         print(summary(report))
         print(f"  wrote {md_path} and {json_path}")
+        if args.plot:
+            print(f"  {plot(report, md_path.with_suffix('.png'))}")
         ours = set(OURS.values())
         for r in report["results"]:
             if r.get("status") == "wrong" or (r["library"] in ours and r.get("status") != "ok"):

@@ -140,22 +140,42 @@ def shipped_dir() -> Path:
 def load_graph(name: str, path: str | None = None) -> scipy.sparse.csr_matrix:
     """A benchmark matrix as canonical float32 CSR with int32 indices.
 
-    `path` names an `.npz` file (the cached R-MAT graph, or a matrix given by path); otherwise
-    `name` is a matrix shipped in `sparsetir_py/data/`, loaded as `sparsetir_py.data.load_matrix`
-    does (duplicates summed, indices sorted).
+    `path` names a scipy `.npz` file (the cached R-MAT graph, or a matrix given by path) or a
+    Matrix Market `.mtx` / `.mtx.gz` file (read with `scipy.io.mmread`); otherwise `name` is a
+    matrix shipped in `sparsetir_py/data/`, loaded as `sparsetir_py.data.load_matrix` does
+    (duplicates summed, indices sorted).
     """
     file = Path(path) if path is not None else shipped_dir() / f"{name}.npz"
     if not file.is_file():
         raise KeyError(f"in `load_graph`: no matrix {name!r} ({file} is missing); known: {', '.join(known_graphs())}")
-    matrix = scipy.sparse.csr_matrix(scipy.sparse.load_npz(file))
+    if file.name.endswith(MATRIX_MARKET_SUFFIXES):
+        from scipy.io import mmread
+
+        matrix = scipy.sparse.csr_matrix(mmread(file))
+    else:
+        matrix = scipy.sparse.csr_matrix(scipy.sparse.load_npz(file))
     matrix.sum_duplicates()  # also sorts the indices
     matrix.sort_indices()
     return _canonical_int32(matrix)
 
 
+#: File names `--graphs` reads as a matrix: scipy's `.npz`, and Matrix Market (`scipy.io.mmread`).
+MATRIX_MARKET_SUFFIXES = (".mtx", ".mtx.gz", ".mtx.bz2")
+GRAPH_FILE_SUFFIXES = (".npz", *MATRIX_MARKET_SUFFIXES)
+
+
 def is_graph_file(name: str) -> bool:
-    """Whether `--graphs` was given a path to an `.npz` file (a scipy sparse matrix) for `name`."""
-    return name.endswith(".npz") and Path(name).is_file()
+    """Whether `--graphs` was given a path to a matrix file (scipy `.npz` or Matrix Market `.mtx`)."""
+    return name.endswith(GRAPH_FILE_SUFFIXES) and Path(name).is_file()
+
+
+def graph_file_stem(name: str) -> str:
+    """The name a matrix file is reported under: its file name without the suffix."""
+    base = Path(name).name
+    for suffix in GRAPH_FILE_SUFFIXES:
+        if base.endswith(suffix):
+            return base[: -len(suffix)]
+    return Path(name).stem
 
 
 def known_graphs() -> list[str]:

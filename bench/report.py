@@ -17,7 +17,7 @@ from pathlib import Path
 from .libraries import BASELINES, LIBRARIES, OURS
 from .measure import bytes_moved, bytes_with_reuse, geomean
 
-#: Ratios the project aims for (DESIGN.md §5, issue 5); reported, not enforced.
+#: Ratios the project aims for (docs/design.md §5, issue 5); reported, not enforced.
 TARGETS = {"spmm": {"mkl": 0.8, "torch": 1.0}, "sddmm": {"torch": 1.2}}
 
 

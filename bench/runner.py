@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .graphs import RMAT, RmatParams, is_graph_file, rmat_cached
-from .libraries import BASELINES, LIBRARIES, OURS
+from .graphs import RMAT, RmatParams, graph_file_stem, is_graph_file, rmat_cached
+from .libraries import BASELINES, LIBRARIES, OURS, cuda_missing
 from .measure import RTOL
 from .worker import MARK
 
@@ -53,7 +53,7 @@ class Config:
     stream_trials: int = 10
     out: Path = DEFAULT_OUT
     keep_openblas_env: bool = False
-    omp_wait_policy: str = "passive"  # DESIGN §5; "active" spins (faster wake-up, bad on a shared machine)
+    omp_wait_policy: str = "passive"  # docs/design.md §5; "active" spins (faster wake-up, bad on a shared machine)
     progress: bool = True
     rmat: RmatParams = field(default_factory=RmatParams)
     worker_timeout: float = 1800.0
@@ -143,6 +143,16 @@ def plan(config: Config) -> Plan:
                 notes[name] = f"skipped: {reason}"
                 continue
             libraries.append(name)
+    for name in config.baselines:
+        # A baseline of a target this run does not use (cusparse with --target cpu, or on a machine
+        # without a GPU) is listed as skipped, not dropped silently.
+        if name in notes or any(name in BASELINES[t] for t in config.targets):
+            continue
+        target = next(t for t, names in BASELINES.items() if name in names)
+        why = cuda_missing() if target == "cuda" else None
+        notes[name] = f"skipped: runs on the {target} target only" + (
+            f" ({why})" if why else ", which this run does not use"
+        )
     return Plan(libraries, notes)
 
 
@@ -158,7 +168,7 @@ def run(config: Config, stream: dict | None = None) -> dict:
         if name == RMAT:
             spec["path"] = str(rmat_cached(Path(config.out) / "cache", config.rmat))
         elif is_graph_file(name):  # a matrix of the user's: named by its file name
-            spec = {"name": Path(name).stem, "path": str(Path(name).resolve())}
+            spec = {"name": graph_file_stem(name), "path": str(Path(name).resolve())}
         graph_specs.append(spec)
     total = int(stream is None) + config.rounds * len(graph_specs) * len(config.widths) * len(p.libraries)
     record: dict = {"stream": None, "libraries": {}, "results": [], "notes": dict(p.notes), "load": []}

@@ -4,7 +4,7 @@ import sparsetir_py as sp
 from sparsetir_py import script as T
 """
 
-from . import format, ir, ops, script
+from . import data, format, ir, ops, script
 from .driver import compile
 from .errors import (
     CodegenError,
@@ -55,6 +55,7 @@ __all__ = [
     "assert_structural_equal",
     "build",
     "compile",
+    "data",
     "decompose_format",
     "extract_preprocess",
     "format",

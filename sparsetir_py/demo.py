@@ -27,7 +27,8 @@ def abridged(text: str, lines: int = 28) -> str:
     return "\n".join([*rows[:lines], f"    ... ({len(rows) - lines} more lines)"])
 
 
-def median_ms(fn, repeat: int = REPEAT) -> float:
+def median_ms(fn, repeat: int | None = None) -> float:
+    repeat = REPEAT if repeat is None else repeat
     fn()  # warm up (compilation, thread pool)
     times = []
     for _ in range(repeat):
@@ -55,15 +56,16 @@ def show_stages(name: str, func: sp.PrimFunc, schedule) -> None:
     print()
 
 
-def main() -> None:
+def main(graph: str = "pubmed", repeat: int = REPEAT) -> None:
+    """Run the demo on a shipped graph (`sp.data.available()`) or a matrix file (.npz, .mtx)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     from schedules import sddmm as sddmm_schedules
     from schedules import spmm as spmm_schedules
 
-    A = load_matrix("pubmed")
+    A = load_matrix(graph)
     m, n = A.shape
     rng = np.random.default_rng(0)
-    print(f"pubmed: {m} x {n}, {A.nnz} nonzeros, feature width {FEAT}, float32\n")
+    print(f"{graph}: {m} x {n}, {A.nnz} nonzeros, feature width {FEAT}, float32\n")
 
     show_stages("SpMM", spmm_script(), spmm_schedules.csr_cpu_rows)
     show_stages("SDDMM", sddmm_script(), sddmm_schedules.csr_cpu_rows)
@@ -86,22 +88,22 @@ def main() -> None:
         return A.data * np.einsum("ij,ij->i", X[rows], B[A.indices])
 
     ref_sddmm = sddmm_numpy()
-    t_scipy_spmm = median_ms(lambda: A @ B)
-    t_scipy_sddmm = median_ms(sddmm_numpy)
+    t_scipy_spmm = median_ms(lambda: A @ B, repeat)
+    t_scipy_sddmm = median_ms(sddmm_numpy, repeat)
 
-    print(f"--- results (median of {REPEAT} runs; ratio = baseline time / kernel time, > 1 is faster)")
+    print(f"--- results (median of {repeat} runs; ratio = baseline time / kernel time, > 1 is faster)")
     print("baseline: scipy `A @ B` for SpMM; numpy gather + einsum over the nonzeros for SDDMM")
     print(f"{'op':6} {'target':6} {'max abs err':>12} {'kernel ms':>10} {'base ms':>9} {'ratio':>7}")
     for target in targets:
         C = sp.ops.spmm(A, B, target=target)
         err = float(np.abs(C - ref_spmm).max())
         np.testing.assert_allclose(C, ref_spmm, rtol=1e-4, atol=1e-4)
-        t = median_ms(lambda target=target: sp.ops.spmm(A, B, target=target))
+        t = median_ms(lambda target=target: sp.ops.spmm(A, B, target=target), repeat)
         print(f"{'SpMM':6} {target:6} {err:12.2e} {t:10.2f} {t_scipy_spmm:9.2f} {t_scipy_spmm / t:7.2f}")
         S = sp.ops.sddmm(A, X, B, target=target)
         err = float(np.abs(S.data - ref_sddmm).max())
         np.testing.assert_allclose(S.data, ref_sddmm, rtol=1e-4, atol=1e-4)
-        t = median_ms(lambda target=target: sp.ops.sddmm(A, X, B, target=target))
+        t = median_ms(lambda target=target: sp.ops.sddmm(A, X, B, target=target), repeat)
         print(f"{'SDDMM':6} {target:6} {err:12.2e} {t:10.2f} {t_scipy_sddmm:9.2f} {t_scipy_sddmm / t:7.2f}")
     if targets == ["cpu"]:
         print("\n(no GPU here: the CUDA target is compiled to PTX and tested under the simulator by `make test`)")

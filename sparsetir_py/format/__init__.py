@@ -3,6 +3,8 @@
 `converters` turns a scipy matrix into the arrays of a new format (`convert(A, rules)`: the
 arguments of every new parameter of a decomposition). `rule` holds `FormatRewriteRule` (one
 part of a format decomposition, SparseTIR's eight fields).
+`decomposition` splits a matrix by rules part by part (`decompose(A, rules)`: each part's
+nonzeros, arrays and padding), for display, plots and checks.
 `storage` says how many positions a level stores and the shape, order and offset type of a
 buffer's values; `args` binds and checks the arguments of one call (kernels and the interpreter
 share it).
@@ -12,6 +14,7 @@ share it).
 
 from .args import AxisData, BoundArguments, bind_arguments
 from .converters import convert, to_bsr, to_ell_parts, to_padded
+from .decomposition import Decomposition, Part, decompose
 from .encoding import LevelType, SparseTensorEncoding, parse_encoding
 from .mlir_storage import SparseTensorStorage, to_storage
 from .rule import FormatRewriteRule
@@ -20,12 +23,15 @@ from .storage import eval_storage_shape, n_positions, offset_dtype, storage_orde
 __all__ = [
     "AxisData",
     "BoundArguments",
+    "Decomposition",
     "FormatRewriteRule",
     "LevelType",
+    "Part",
     "SparseTensorEncoding",
     "SparseTensorStorage",
     "bind_arguments",
     "convert",
+    "decompose",
     "eval_storage_shape",
     "n_positions",
     "offset_dtype",

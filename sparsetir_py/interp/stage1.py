@@ -468,6 +468,15 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
     Stages II and III run loop by loop (`interp.loops`, small inputs only). Arguments are passed
     by parameter name or position, as to a kernel, and checked the same way (`InputError` names
     the argument). Outputs are written into the arrays passed.
+
+    >>> import numpy as np, sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> A = sp.data.load_matrix("karate")
+    >>> B, C = np.ones((34, 4), np.float32), np.empty((34, 4), np.float32)
+    >>> sp.interpret(spmm_script(), a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices,
+    ...              m=34, n=34, feat=4, nnz=A.nnz)
+    >>> np.allclose(C, A @ B)
+    True
     """
     if isinstance(func, IRModule):
         if "main" not in func and len(func) != 1:

@@ -64,6 +64,15 @@ class PrimFunc(Node):
     def __repr__(self) -> str:
         return f"PrimFunc({self.name!r}, stage={self.stage})"
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the script, highlighted, under the function's name, stage and parameters."""
+        from .. import display
+
+        params = ", ".join(f"{p.name}: {p.dtype}" for p in self.params)
+        return display.section(
+            f"PrimFunc {self.name}", display.code(self.script()), subtitle=f"Stage {self.stage} · ({params})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class IRModule(Node):
@@ -110,3 +119,10 @@ class IRModule(Node):
 
     def __repr__(self) -> str:
         return f"IRModule({list(self.functions)})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the module's script, highlighted, under its function names and stages."""
+        from .. import display
+
+        funcs = ", ".join(f"{name} (Stage {f.stage})" for name, f in self.items())
+        return display.section("IRModule", display.code(self.script()), subtitle=funcs)

@@ -108,7 +108,16 @@ def _as_comparable(obj):
 
 
 def structural_equal(a, b) -> bool:
-    """True when `a` and `b` (PrimFuncs, IRModules, statements or expressions) are equal up to renaming."""
+    """True when `a` and `b` (PrimFuncs, IRModules, statements or expressions) are equal up to renaming.
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> f = spmm_script()
+    >>> sp.structural_equal(f, sp.from_script(f.script()))
+    True
+    >>> sp.structural_equal(f, spmm_script(dtype="float64"))
+    False
+    """
     try:
         _Comparer().eq(_as_comparable(a), _as_comparable(b), "root")
     except Mismatch:
@@ -117,7 +126,16 @@ def structural_equal(a, b) -> bool:
 
 
 def assert_structural_equal(a, b) -> None:
-    """Raise AssertionError naming the path of the first difference."""
+    """Raise AssertionError naming the path of the first difference.
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> sp.assert_structural_equal(spmm_script(), spmm_script())
+    >>> sp.assert_structural_equal(spmm_script(), spmm_script("int64"))
+    Traceback (most recent call last):
+        ...
+    AssertionError: not structurally equal at root.axes[0].idtype: 'int32' != 'int64'
+    """
     try:
         _Comparer().eq(_as_comparable(a), _as_comparable(b), "root")
     except Mismatch as m:

@@ -520,6 +520,11 @@ def verify(func_or_mod: PrimFunc | IRModule) -> None:
     """Raise a `VerifyError` subclass naming the broken rule if a function is ill-formed.
 
     Accepts a PrimFunc or an IRModule (every function is verified). Returns None when valid.
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> sp.verify(spmm_script())           # well-formed: returns None
+    >>> sp.verify(sp.lower_sparse_iter(spmm_script()))
     """
     if isinstance(func_or_mod, PrimFunc):
         _FuncVerifier(func_or_mod).run()

@@ -53,6 +53,15 @@ def build(
     Raises:
         CodegenError: the function is not at Stage III, uses a construct the target cannot run,
             or an option is unknown.
+
+    >>> import numpy as np, sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> kernel = sp.build(sp.lower_sparse_buffer(sp.lower_sparse_iter(spmm_script())), target="cpu")
+    >>> A = sp.data.load_matrix("karate")
+    >>> B, C = np.ones((34, 4), np.float32), np.empty((34, 4), np.float32)
+    >>> kernel(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=34, n=34, feat=4, nnz=A.nnz)
+    >>> np.allclose(C, A @ B)
+    True
     """
     func = _select_function(mod)
     if func.stage != 3:

@@ -48,6 +48,9 @@ class Kernel:
         self._ks = ks
         self._fn = fn  # the Numba dispatcher
         self._plans: dict[tuple, list] = {}  # argument signature -> binding plan (CPU)
+        #: Parameters bound to constants before lowering (`sp.compile(..., specialize=...)`): a call
+        #: may still pass them, with the same value, so code written for the generic function runs.
+        self.specialized: dict[str, int | float] = {}
 
     @property
     def name(self) -> str:
@@ -64,6 +67,62 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} `{self.name}` target={self.target} {self.path.name}>"
 
+    def _repr_html_(self) -> str:
+        """Jupyter: launch configuration, argument table, then the generated source."""
+        from .. import display
+
+        launch = self._launch_html()
+        args = display.table(["parameter", "kind", "dtype", "shape", "role"], self._argument_rows())
+        fixed = ", ".join(f"{k}={v}" for k, v in self.specialized.items())
+        subtitle = f"{self.target} · {self.path.name}" + (f" · specialized {fixed}" if fixed else "")
+        return display.section(
+            f"{type(self).__name__} {self.name}",
+            launch,
+            display.details("arguments", args, open=True),
+            display.details(f"generated source ({len(self.source.splitlines())} lines)", display.code(self.source)),
+            subtitle=subtitle,
+        )
+
+    def _launch_html(self) -> str:
+        from .. import display
+
+        options = ", ".join(f"{k}={v!r}" for k, v in sorted(self.options.items()))
+        return f"<div>Numba <code>@njit</code> ({display.escape(options)}); `threads=` caps a call's threads</div>"
+
+    def _argument_rows(self) -> list[list[str]]:
+        from ..ir.printer import ScriptPrinter
+
+        printer = ScriptPrinter()
+        buffers = self.func.buffer_map
+        written = {b.data.name for b in written_buffers(self.func) if getattr(b, "data", None) is not None}
+        rows = []
+        for p in self.func.params:
+            buf = buffers.get(p)
+            if buf is None:
+                rows.append([p.name, "scalar", p.dtype, "", ""])
+                continue
+            shape = "(" + ", ".join(printer.expr(e) for e in buf.shape) + ("," if len(buf.shape) == 1 else "") + ")"
+            role = "written" if p.name in written else "read"
+            rows.append([p.name, f"buffer {buf.name}", buf.dtype, shape, role])
+        return rows
+
+    def _drop_specialized(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """`kwargs` without the specialised parameters, whose values must be the compiled ones."""
+        if not self.specialized or not any(k in self.specialized for k in kwargs):
+            return kwargs
+        out = {}
+        for name, value in kwargs.items():
+            if name not in self.specialized:
+                out[name] = value
+                continue
+            want = self.specialized[name]
+            if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number) or value != want:
+                raise InputError(
+                    f"`{self.name}` was compiled with `{name}` specialized to {want}, got {name}={value!r}; "
+                    f"compile again without specialize={{{name!r}: ...}} to pass other values"
+                )
+        return out
+
     def _scalar(self, kp: KernelParam, bound: BoundArguments) -> Any:
         p = kp.obj
         return np.dtype(p.dtype).type(bound.scalars[p])
@@ -78,6 +137,7 @@ class CPUKernel(Kernel):
         `threads` caps the Numba threads of this call (None: Numba's current setting). One
         thread skips waking the pool, which costs more than a small problem's whole run (about
         70 us per call with `OMP_WAIT_POLICY=passive`)."""
+        kwargs = self._drop_specialized(kwargs)
         values = self._values(args, kwargs, check_structure)
         if threads is None:
             self._fn(*values)
@@ -157,6 +217,25 @@ class CUDAKernel(Kernel):
         self._written = written_buffers(self.func)  # copied back after a launch
         self._structure = _structure_handles(self.func)  # read on the host by the O(nnz) checks
 
+    def _launch_html(self) -> str:
+        from .. import display
+        from ..ir.printer import ScriptPrinter
+
+        printer = ScriptPrinter()
+        rows = []
+        for index, launch in enumerate(self._ks.launches or (self._ks.launch,)):
+            for tag, extents in launch.items():
+                text = ", ".join(printer.expr(e) for e in extents)
+                rows.append([index, tag, text if len(extents) == 1 else f"max({text})"])
+        if not rows:
+            return "<div>one thread: grid (1,), block (1,)</div>"
+        count = len(self._ks.launches) or 1
+        return display.details(
+            f"launch configuration ({count} launch{'es' if count > 1 else ''})",
+            display.table(["launch", "thread tag", "extent"], rows),
+            open=True,
+        )
+
     # ---------------------------------------------------------------- launch configuration
     def launch_config(self, **scalars: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(grid, block) for these scalar arguments (by parameter name).
@@ -190,6 +269,7 @@ class CUDAKernel(Kernel):
     # ---------------------------------------------------------------- calls
     def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
         """Check the arguments, copy numpy arrays to the device, launch, copy written buffers back."""
+        kwargs = self._drop_specialized(kwargs)
         values = _bind_values(self.func, tuple(args), dict(kwargs))
         device_values = {name: v for name, v in values.items() if _is_device_array(v)}
         checked = dict(values)

@@ -66,6 +66,16 @@ class Trace:
             lines.append(f"{target} = {call}")
         return "\n".join(lines) + ("\n" if lines else "")
 
+    def __repr__(self) -> str:
+        return f"Trace({len(self.instructions)} instructions)"
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the trace as the Python that replays it, highlighted."""
+        from .. import display
+
+        text = self.as_python() or "# (no primitives applied)"
+        return display.section("Schedule trace", display.code(text), subtitle=f"{len(self.instructions)} instructions")
+
     def apply(self, mod: PrimFunc | IRModule) -> IRModule:
         """Replay the trace on `mod` (the unscheduled function); returns the scheduled module."""
         sch = Schedule(mod)
@@ -142,6 +152,21 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
     def show(self) -> None:
         """Print the current function."""
         print(self.func.script())
+
+    def __repr__(self) -> str:
+        return f"<Schedule `{self.func_name}` Stage {self.func.stage}, {len(self.trace.instructions)} instructions>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the trace, then the function it made (collapsed)."""
+        from .. import display
+
+        text = self.trace.as_python() or "# (no primitives applied)"
+        return display.section(
+            f"Schedule of {self.func_name}",
+            display.code(text),
+            display.details(f"the scheduled function (Stage {self.func.stage})", display.code(self.func.script())),
+            subtitle=f"{len(self.trace.instructions)} instructions",
+        )
 
     # ---------------------------------------------------------------- lookup
     def get_block(self, name: str) -> BlockRV:

@@ -65,7 +65,14 @@ def ir_module(cls) -> IRModule:
 
 
 def from_script(text: str) -> PrimFunc | IRModule:
-    """Parse script text such as `func.script()` prints."""
+    """Parse script text such as `func.script()` prints.
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> g = sp.from_script(spmm_script().script())
+    >>> g.name, g.stage, sp.structural_equal(g, spmm_script())
+    ('csrmm', 1, True)
+    """
     return parse_source(text)
 
 

@@ -57,7 +57,14 @@ def decompose_format(
     mod: PrimFunc | IRModule, rules: Sequence[FormatRewriteRule], include_format_rewrite_blks: bool = True
 ) -> IRModule:
     """Decompose the sparse buffers of every Stage I function of `mod` by `rules` (see the module
-    docstring). With `include_format_rewrite_blks=False` the copy iterations are left out."""
+    docstring). With `include_format_rewrite_blks=False` the copy iterations are left out.
+
+    >>> import format_rules, sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> mod = sp.decompose_format(spmm_script(), format_rules.bsr.rules(block_size=4))
+    >>> [p.name for p in mod["main"].params][9:]
+    ['a_bsr', 'indptr_bsr', 'indices_bsr', 'm_bsr', 'n_bsr', 'nnz_bsr']
+    """
     mod = IRModule.from_any(mod)
     verify_cached(mod)
     rules = list(rules)
@@ -328,7 +335,15 @@ def _top_level(body: Stmt) -> list[Stmt]:
 
 def extract_preprocess(mod: PrimFunc | IRModule) -> IRModule:
     """Only the copy iterations (attribute `preprocess`) of each function, same parameters: run
-    it once to fill the new formats' buffers."""
+    it once to fill the new formats' buffers.
+
+    >>> import format_rules, sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> mod = sp.decompose_format(spmm_script(), format_rules.bsr.rules(block_size=4))
+    >>> pre = sp.extract_preprocess(mod)
+    >>> [line.split('"')[3] for line in pre["main"].script().splitlines() if "T.sp_iter" in line]
+    ['rewrite_A_bsr']
+    """
     mod = IRModule.from_any(mod)
     out = {k: f.replace(body=seq(*(s for s in _top_level(f.body) if _is_preprocess(s)))) for k, f in mod.items()}
     return IRModule(FrozenDict(out))
@@ -336,7 +351,14 @@ def extract_preprocess(mod: PrimFunc | IRModule) -> IRModule:
 
 def remove_preprocess(mod: PrimFunc | IRModule) -> IRModule:
     """Only the computation: the copy iterations removed, then the buffers, axes and parameters
-    that nothing uses any more (callers look at `mod["main"].params`)."""
+    that nothing uses any more (callers look at `mod["main"].params`).
+
+    >>> import format_rules, sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> mod = sp.remove_preprocess(sp.decompose_format(spmm_script(), format_rules.bsr.rules(block_size=4)))
+    >>> [p.name for p in mod["main"].params]
+    ['b', 'c', 'm', 'n', 'feat', 'a_bsr', 'indptr_bsr', 'indices_bsr', 'm_bsr', 'n_bsr', 'nnz_bsr']
+    """
     mod = IRModule.from_any(mod)
     out = {}
     for k, f in mod.items():

@@ -132,6 +132,12 @@ def lower_sparse_buffer(mod: PrimFunc | IRModule, layouts: Mapping[str, Layout] 
 
     `layouts` maps a dense buffer's parameter name to its `Layout` (e.g. column-major
     `sp.Layout((0, 1))`); the kernel then expects arrays in that layout.
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> mod = sp.lower_sparse_buffer(sp.lower_sparse_iter(spmm_script()))
+    >>> mod["main"].stage, "A[J_indptr[vi] + vj]" in mod["main"].script()
+    (3, True)
     """
     mod = IRModule.from_any(mod)
     verify_cached(mod)  # a named error for ill-formed input, not a wrong flattening

@@ -469,7 +469,17 @@ class Lowering:
 
 
 def lower_sparse_iter(mod: PrimFunc | IRModule) -> IRModule:
-    """Lower every Stage I function of `mod` to Stage II (position space); others pass through."""
+    """Lower every Stage I function of `mod` to Stage II (position space); others pass through.
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.ops import spmm_script
+    >>> mod = sp.lower_sparse_iter(spmm_script())
+    >>> mod["main"].stage
+    2
+    >>> sch = sp.Schedule(mod)
+    >>> [len(sch.get_loops(sch.get_block(name))) for name in ("csrmm0", "csrmm1")]
+    [1, 2]
+    """
     mod = IRModule.from_any(mod)
     verify_cached(mod)  # a named error for ill-formed input, not a wrong lowering
     out = {}
