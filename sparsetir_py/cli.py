@@ -163,38 +163,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.width < 1:
         raise CLIError(f"--width must be a positive integer, got {args.width}")
-    try:
-        from . import tune
-    except ImportError:
-        raise CLIError(
-            "sp.tune is not available in this version of sparsetir_py (it comes with the tuner); "
-            "sp.ops.spmm(A, B, format=...) runs a format of your choice"
-        ) from None
+    from . import tune
+
     A = load_matrix(args.matrix)
-    result = getattr(tune, args.op)(A, args.width, target=args.target)
+    result = getattr(tune, args.op)(A, args.width, target=args.target, progress=False)
     print(
         f"{args.matrix}: {A.shape[0]} x {A.shape[1]}, {A.nnz} nonzeros; {args.op} width {args.width} on {args.target}"
+        + (" (from the tuning cache)" if result.cached else f" (searched in {result.tuning_seconds:.1f} s)")
     )
-    table = getattr(result, "table", None)
-    if table is not None:
-        print(table if isinstance(table, str) else _text_table(table))
+    print(result.table)
     params = ", ".join(f"{k}={v}" for k, v in (result.params or {}).items())
     schedule = getattr(result.schedule, "__name__", result.schedule)
     print(f"best: format={result.format}" + (f" ({params})" if params else "") + f", schedule={schedule}, "
           f"{1e3 * result.seconds:.3f} ms")  # fmt: skip
     return 0
-
-
-def _text_table(rows) -> str:
-    rows = [dict(r) for r in rows]
-    if not rows:
-        return "(no candidates)"
-    header = list(rows[0])
-    cells = [[str(r.get(h, "")) for h in header] for r in rows]
-    widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
 
 
 def rule_parameters(module) -> list[str]:

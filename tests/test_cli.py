@@ -140,16 +140,14 @@ def test_formats_lists_the_shipped_rules_and_a_users_file(tmp_path, capsys):
     assert code == 0 and "pairs.py" in out and "inferred" in out
 
 
-def test_tune_says_what_it_needs_or_tunes(tmp_path, capsys):
+def test_tune_prints_the_table_and_the_choice(tmp_path, capsys):
     A = sp.data.load_matrix("karate", dtype=np.float64)
     scipy.io.mmwrite(tmp_path / "karate.mtx", A)
     code, out, err = run(["tune", str(tmp_path / "karate.mtx"), "--width", "8"], capsys)
-    try:
-        import sparsetir_py.tune  # noqa: F401
-    except ImportError:
-        assert code == 2 and "needs" not in out and "sp.tune is not available" in err
-    else:  # pragma: no cover - once the tuner lands
-        assert code == 0 and "best: format=" in out
+    assert code == 0, err
+    assert "candidate" in out and "model ms" in out and "chosen" in out
+    chosen = sp.tune.spmm(A, 8, progress=False)
+    assert f"best: format={chosen.format}" in out
     code, _, err = run(["tune", str(tmp_path / "karate.mtx"), "--width", "0"], capsys)
     assert code == 2 and "--width must be a positive integer" in err
 
