@@ -23,6 +23,7 @@ from .transform import (
     horizontal_fusion,
     lower_sparse_buffer,
     lower_sparse_iter,
+    partition_loops,
     promote_accumulators,
 )
 
@@ -91,6 +92,8 @@ def compile(
     mod = compact_buffers(mod, target)
     # Accumulations into one element per loop run in a register (scalar replacement; on the CPU
     # only, where no other thread touches that element inside the loop).
+    # Split loops run their full chunks without the split's guard (the partial chunk keeps it).
+    mod = partition_loops(mod) if target == "cpu" else mod
     mod = promote_accumulators(mod) if target == "cpu" else mod
     # Loads of read-only buffers move out of the loops that do not change them (Numba arrays carry
     # no aliasing information, so LLVM would reload them on every iteration).

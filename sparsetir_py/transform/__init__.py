@@ -11,6 +11,7 @@ from .hoist_invariants import hoist_loop_invariants, promote_accumulators
 from .horizontal_fusion import horizontal_fusion
 from .lower_sparse_buffer import lower_sparse_buffer
 from .lower_sparse_iter import lower_sparse_iter
+from .partition_loops import partition_loops
 
 __all__ = [
     "compact_buffers",
@@ -21,6 +22,7 @@ __all__ = [
     "horizontal_fusion",
     "lower_sparse_buffer",
     "lower_sparse_iter",
+    "partition_loops",
     "promote_accumulators",
     "remove_preprocess",
 ]
