@@ -60,9 +60,9 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--schedule", metavar="NAME", help="a shipped schedule of ours by name (default: the default one)")
     p.add_argument(
         "--format",
-        default="csr",
+        default="auto",
         metavar="NAME",
-        help="the format ours decomposes A into: csr (default), auto (sp.tune chooses; its time in its own column), "
+        help="the format ours decomposes A into: auto (default: sp.tune chooses; its time in its own column), csr, "
         "bsr, ell, hyb, padding, or a rule file's path",
     )
     p.add_argument(

@@ -44,7 +44,7 @@ class Config:
     budget: float = 1.0  # seconds of timed calls per measurement, after the warm-up
     rounds: int = 1  # sweeps over every group; the fastest round's median is kept
     schedule: str | None = None  # a shipped schedule of ours, by name (schedules.<op>.SCHEDULES)
-    format: str = "csr"  # the format ours decomposes A into (sp.ops format=), or a rule file's path
+    format: str = "auto"  # the format ours decomposes A into (sp.ops format=), or a rule file's path
     format_params: dict = field(default_factory=dict)
     threads: int = 2
     seed: int = 0

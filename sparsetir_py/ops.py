@@ -451,7 +451,7 @@ def _run(kernel: Kernel, csr, width: int, threads: int | None = None, **arrays) 
 def spmm(
     A,
     B,
-    format: str = "csr",
+    format: str = "auto",
     target: str = "cpu",
     schedule: Callable | str | None = None,
     *,
@@ -467,12 +467,17 @@ def spmm(
     as on kernels (by default small calls run on one thread, the rest on Numba's setting).
 
     `A` may be any scipy format; its arrays are checked before scipy converts it (`sp.InputError`
-    for a broken structure or a non-numeric `B`). `format` decomposes A first (composable
-    formats): `"bsr"` (`block_size=`), `"ell"` (`buckets=`), `"hyb"` (`num_col_parts=`,
-    `buckets=`), `"padding"` (`pad_size=`), or a rule module (`format_rules.load(path)`) with
-    `rules` and `convert`; the conversion is cached per structure of A, so new values or a new
-    `B` do not convert again. Returns a new C-contiguous array (float32 when
-    both operands are float32, else float64) that shares no memory with `A` or `B`, whatever the
+    for a broken structure or a non-numeric `B`). `format="auto"` (the default) runs what
+    `sp.tune.spmm` chose for A's structure and this width: tuned once per structure (remembered
+    in memory and on disk), by the cost model alone below `sp.tune.TIMING_GRAIN` multiply-adds,
+    else by timing the model's best candidates (a few seconds, once); a `schedule=` with the
+    default format runs CSR with that schedule. `"csr"` is CSR with the default schedule;
+    otherwise `format` decomposes A first (composable formats): `"bsr"` (`block_size=`), `"ell"`
+    (`buckets=`), `"hyb"` (`num_col_parts=`, `buckets=`), `"padding"` (`pad_size=`), or a rule
+    module (`format_rules.load(path)`) with `rules` and `convert`; the conversion is cached per
+    structure of A, so new values or a new `B` do not convert again. Returns a new C-contiguous
+    array (float32 when both operands are float32, else float64) that shares no memory with `A`
+    or `B`, whatever the
     shape (empty `A`, zero-width `B`).
 
     >>> import numpy as np, sparsetir_py as sp
@@ -485,6 +490,8 @@ def spmm(
     >>> sp.ops.spmm(A, x, out=y, threads=1) is y, np.allclose(y, A @ x)
     (True, True)
     """
+    if isinstance(format, str) and format == "auto" and schedule is not None:
+        format = "csr"  # a schedule of the caller's: CSR's, as before formats were chosen
     if isinstance(format, str) and format == "auto":
         choice = _auto("spmm", A, B, target, schedule, params)
         return spmm(A, B, target=target, out=out, threads=threads, **choice)
@@ -517,7 +524,7 @@ def sddmm(
     A,
     X,
     Y,
-    format: str = "csr",
+    format: str = "auto",
     target: str = "cpu",
     schedule: Callable | str | None = None,
     *,
@@ -541,6 +548,8 @@ def sddmm(
     >>> S.nnz == A.nnz, np.allclose(S.toarray(), A.multiply(X @ (2 * X).T).toarray())
     (True, True)
     """
+    if isinstance(format, str) and format == "auto" and schedule is not None:
+        format = "csr"  # a schedule of the caller's: CSR's, as before formats were chosen
     if isinstance(format, str) and format == "auto":
         return sddmm(A, X, Y, target=target, threads=threads, **_auto("sddmm", A, X, target, schedule, params))
     threads = _threads(threads, target)
@@ -604,8 +613,6 @@ def _auto(op: str, A, dense, target: str, schedule, params: dict) -> dict:
 
     if params:
         raise InputError(f"format 'auto' takes no parameters, got {', '.join(params)}")
-    if schedule is not None:
-        raise InputError("format 'auto' chooses the schedule too: pass a format other than 'auto' with `schedule=`")
     csr = _as_csr(A)
     D = dense
     if not isinstance(D, np.ndarray) or D.ndim != 1:  # a 1-D B (SpMV) is one column

@@ -17,7 +17,7 @@ tune again.
 
 Problems too small to amortise conversion (fewer than `TIMING_GRAIN` multiply-adds) are not
 timed: the model picks among CSR schedules alone. CUDA candidates are ranked by the model but
-timed only where a GPU is present.
+timed only where a GPU is present; without one, CUDA keeps CSR with its default schedule.
 """
 
 from __future__ import annotations
@@ -287,8 +287,10 @@ def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> lis
             slice_bytes = s.n * w * 4 / parts
             gather = s.nnz * pad * w * 4 / mach.gather_bps(slice_bytes)
             stream = (s.nnz * pad * 8 + s.m * w * 4 * (1 + parts)) / mach.stream_bps
-            # Each part and layer is a parallel loop of its own where rows are shared (CPU).
-            overhead = len(buckets) * parts * 12e-6
+            # Each part and layer is a parallel loop of its own where rows are shared (CPU): a row
+            # longer than the largest bucket adds a layer per bucket-width of it.
+            layers = math.ceil(s.lengths.max(initial=0) / parts / buckets[-1]) if s.m else 0
+            overhead = (len(buckets) + max(0, layers - 1)) * parts * 12e-6
             t = (gather + stream) / mach.threads * 1.05 + overhead
             out.append(Candidate("hyb", {"num_col_parts": parts, "buckets": buckets}, None, t))
     out.sort(key=lambda c: c.predicted_s)
@@ -428,7 +430,13 @@ def tune(
         for c in tqdm(timed, desc=f"tuning {op} (width {feat})", unit="candidate", disable=not show, leave=False):
             _time(op, csr, operands, c, target, budget)
     ok = [c for c in timed if c.measured_s is not None]
-    winner = min(ok, key=lambda c: c.measured_s) if ok else cands[0]
+    if ok:
+        winner = min(ok, key=lambda c: c.measured_s)
+    elif target == "cuda":
+        # The model is calibrated on the CPU only: untimed, CUDA keeps CSR's default schedule.
+        winner = next(c for c in cands if c.format == "csr")
+    else:
+        winner = cands[0]
     seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
     result = TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
                         Table(cands, winner), time.perf_counter() - start, key, candidates=cands)  # fmt: skip

@@ -171,8 +171,9 @@ def test_bad_arguments_are_named_errors(cache):
         sp.tune.spmm(A, 4, top=0)
     with pytest.raises(sp.InputError, match="format 'auto' takes no parameters"):
         sp.ops.spmm(A, np.ones((300, 2), np.float32), format="auto", buckets=[1])
-    with pytest.raises(sp.InputError, match="chooses the schedule too"):
-        sp.ops.spmm(A, np.ones((300, 2), np.float32), format="auto", schedule="csr_cpu_rows")
+    # A schedule of the caller's with the default format runs CSR with it.
+    B = np.ones((300, 2), np.float32)
+    np.testing.assert_allclose(sp.ops.spmm(A, B, schedule="csr_cpu_rows"), A @ B, rtol=1e-5, atol=1e-5)
     broken = sps.csr_matrix(A)
     broken.indices = broken.indices.copy()
     broken.indices[0] = 10**6
