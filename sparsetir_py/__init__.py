@@ -4,7 +4,7 @@ import sparsetir_py as sp
 from sparsetir_py import script as T
 """
 
-from . import data, format, ir, ops, script
+from . import data, format, ir, ops, script, tune
 from .driver import compile
 from .errors import (
     CodegenError,
@@ -72,16 +72,12 @@ __all__ = [
     "script",
     "structural_equal",
     "to_storage",
+    "tune",
     "verify",
 ]
 
 
 def __getattr__(name: str):
-    # `sp.tune` (the per-matrix search) is loaded on first use: it pulls in tqdm.
-    if name == "tune":
-        import importlib
-
-        return importlib.import_module(f"{__name__}.tune")
     # `sp.format_rules` is the top-level package `format_rules` (its files import this one, so it
     # is loaded on first use, not with `import sparsetir_py`).
     if name == "format_rules":

@@ -606,15 +606,24 @@ def sddmm(
 _AUTO: dict[tuple, tuple] = {}
 
 
+# `sparsetir_py.tune` (imported with the package) sets this to its search: (op, csr, width,
+# target, dtype) -> keyword arguments of `spmm`/`sddmm`. The tuner times candidates through this
+# module, so this module does not import it.
+CHOOSER: Callable | None = None
+
+
 def _auto(op: str, A, dense, target: str, schedule, params: dict) -> dict:
     """The configuration `sp.tune` chose for this matrix and width (tuned once per structure:
     remembered here by the identity of A's arrays, on disk by their fingerprint)."""
-    from . import tune
-
     if params:
         raise InputError(f"format 'auto' takes no parameters, got {', '.join(params)}")
     csr = _as_csr(A)
     D = dense
+    if not scipy.sparse.issparse(D) and not isinstance(D, np.ndarray):
+        try:
+            D = np.asarray(D)
+        except (TypeError, ValueError):
+            D = dense  # _operand names the problem
     if not isinstance(D, np.ndarray) or D.ndim != 1:  # a 1-D B (SpMV) is one column
         D = _operand(dense, "B" if op == "spmm" else "X")
     _check_kind(D.dtype, "`B`" if op == "spmm" else "`X`")
@@ -624,7 +633,9 @@ def _auto(op: str, A, dense, target: str, schedule, params: dict) -> dict:
     entry = _AUTO.get(key)
     if entry is not None and entry[0]() is csr.indptr and entry[1]() is csr.indices:
         return entry[2]
-    choice = tune.tune(op, csr, feat, target, progress=False, dtype=dtype).ops_kwargs()
+    if CHOOSER is None:  # pragma: no cover - set when the package is imported
+        raise InputError("format 'auto' needs sparsetir_py.tune: import sparsetir_py first")
+    choice = CHOOSER(op, csr, feat, target, dtype)
 
     def forget(_ref, key=key):
         entry = _AUTO.get(key)

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 
+from . import ops
 from .errors import InputError
 
 TUNE_FORMAT = 1  # bump when candidates or the model change: cached results are then ignored
@@ -307,8 +308,6 @@ def _operands(op: str, csr, w: int, dtype) -> tuple:
 
 
 def _time(op: str, csr, operands, c: Candidate, target: str, budget: float) -> None:
-    from . import ops
-
     run = ops.spmm if op == "spmm" else ops.sddmm
     kwargs = {"format": c.format, "target": target, "schedule": c.schedule, **c.params}
     try:
@@ -339,10 +338,8 @@ def _gpu_present() -> bool:
 
 # -------------------------------------------------------------------- the search
 def _key(op: str, csr, w: int, target: str, mach: Machine, dtype) -> str:
-    from . import __name__ as package
-
     text = "|".join(
-        [package, str(TUNE_FORMAT), op, fingerprint(csr), str(w), target, str(np.dtype(dtype)), _machine_id(mach)]
+        [__name__, str(TUNE_FORMAT), op, fingerprint(csr), str(w), target, str(np.dtype(dtype)), _machine_id(mach)]
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -400,8 +397,6 @@ def tune(
     candidate (at least 3 calls); `progress`: a tqdm bar while candidates are timed and the table
     printed after (None: only on a terminal); `cache`: read and write the on-disk cache.
     """
-    from . import ops
-
     if op not in ("spmm", "sddmm"):
         raise InputError(f"unknown operator {op!r}: expected 'spmm' or 'sddmm'")
     if target not in ("cpu", "cuda"):
@@ -462,3 +457,11 @@ def spmm(A, feat: int, target: str = "cpu", **options) -> TuneResult:
 def sddmm(A, feat: int, target: str = "cpu", **options) -> TuneResult:
     """Tune `A * (X @ Y.T)` for `feat`-wide X and Y: see `tune`."""
     return tune("sddmm", A, feat, target, **options)
+
+
+def _choose(op: str, csr, feat: int, target: str, dtype) -> dict:
+    """`format="auto"` in `sp.ops`: the chosen configuration's keyword arguments, quietly."""
+    return tune(op, csr, feat, target, progress=False, dtype=dtype).ops_kwargs()
+
+
+ops.CHOOSER = _choose

@@ -104,7 +104,7 @@ def test_show_one_stage_and_cuda(script, capsys):
         (["show", "{script}", "--specialize", "n"], "CLIError: --specialize expects K=NUMBER"),
         (["show", "{script}", "--specialize", "zz=3"], "SparseTIRError: specialize: `zz` is not a parameter"),
         (["show", "{script}", "--schedule", "nothing"], "CLIError: myspmv.py defines no schedule function"),
-        (["tune", "nope-graph", "--width", "8"], "CLIError"),
+        (["tune", "nope-graph", "--width", "8"], "KeyError: in `load_matrix`: no shipped matrix 'nope-graph'"),
         (["demo", "--graph", "nope-graph"], "KeyError: in `load_matrix`: no shipped matrix 'nope-graph'"),
         (["formats", "missing_rule.py"], "FormatError: format_rules.load: no rule file"),
     ],

@@ -103,9 +103,9 @@ def test_a_rule_module_as_format():
         (lambda A, B: sp.ops.spmm(A, B, format="coo"), "unknown format 'coo'"),
         (lambda A, B: sp.ops.spmm(A, B, format=42), "format must be a name or a rule module"),
         (lambda A, B: sp.ops.spmm(A, B, format="bsr", block_sz=2), "block_sz"),
-        (lambda A, B: sp.ops.spmm(A, B, block_size=2), "format 'csr' takes no parameters"),
+        (lambda A, B: sp.ops.spmm(A, B, block_size=2), "format 'auto' takes no parameters"),
         (lambda A, B: sp.ops.sddmm(A, B[: A.shape[0]], B, format="csc"), "unknown format 'csc'"),
-        (lambda A, B: sp.ops.sddmm(A, B[: A.shape[0]], B, pad_size=2), "format 'csr' takes no parameters"),
+        (lambda A, B: sp.ops.sddmm(A, B[: A.shape[0]], B, pad_size=2), "format 'auto' takes no parameters"),
     ],
 )
 def test_format_errors(call, message):

@@ -66,12 +66,20 @@ def test_smoke_markdown_has_the_table(smoke_out, op):
     out, _ = smoke_out
     text = (out / f"{op}.md").read_text()
     assert text.startswith(f"# {op.upper()} benchmark")
-    assert "| graph | nnz | width | sparsetir ms | GB/s | %STREAM | scipy ms (ratio) |" in text
+    header = (
+        "| graph | nnz | width | sparsetir ms | tune s | chosen | GB/s | %STREAM | roofline MB | roofline ms "
+        "| % of roofline | scipy ms (ratio) |"
+    )
+    assert header in text
     row = next(line for line in text.splitlines() if line.startswith("| cora |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[:3] == ["cora", "10556", "32"]
-    assert float(cells[3]) > 0
-    assert cells[6].endswith("x)")
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert [cells["graph"], cells["nnz"], cells["width"]] == ["cora", "10556", "32"]
+    assert float(cells["sparsetir ms"]) > 0 and float(cells["tune s"]) >= 0
+    assert cells["chosen"].startswith("csr")  # cora at width 32: the model alone picks a CSR schedule
+    # The roofline: the traffic with reuse at the STREAM rate, a fraction of the kernel's time.
+    assert float(cells["roofline MB"]) > 0 and float(cells["roofline ms"]) > 0
+    assert cells["% of roofline"].endswith("%")
+    assert cells["scipy ms (ratio)"].endswith("x)")
     assert "## Geometric mean of the ratios" in text
 
 

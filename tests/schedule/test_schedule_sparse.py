@@ -502,13 +502,25 @@ def column_sums(a: T.handle, s: T.handle, indptr: T.handle, indices: T.handle, m
         S[j] = S[j] + A[i, j]
 
 
-def test_fail_fuse_reduction_then_spatial():
-    """A reduction row with spatial nonzeros under it ("RS") cannot be one loop: refused."""
+def test_fuse_reduction_then_spatial_without_init():
+    """A reduction row with spatial nonzeros under it ("RS") and no init fuses into one
+    reduction loop over the nonzeros (as an ELL part's layers and rows do): column sums stay
+    right, in the interpreter and the CPU kernel."""
     sch = Schedule(column_sums)
     it = sch.get_sparse_iteration("column_sums")
     i, j = sch.get_sp_iters(it)
-    _fails(sch, 'expected spatial iterators first, then reduction ones, but \\[i, j\\] have kinds "RS"',
-           sch.sparse_fuse, it, [i, j])  # fmt: skip
+    sch.sparse_fuse(it, [i, j])
+    A = sps.random(7, 5, density=0.5, format="csr", random_state=3, dtype=np.float32)
+    A.indices = A.indices.astype(np.int32)
+    A.indptr = A.indptr.astype(np.int32)
+    want = np.asarray(A.sum(axis=0)).ravel()
+    args = dict(a=A.data, indptr=A.indptr, indices=A.indices, m=7, n=5, nnz=A.nnz)
+    S = np.zeros(5, np.float32)
+    sp.interpret(sp.lower_sparse_iter(sch.mod), s=S, **args)
+    np.testing.assert_allclose(S, want, rtol=1e-5, atol=1e-6)
+    S = np.zeros(5, np.float32)
+    sp.compile(sch.mod, "cpu")(s=S, **args)
+    np.testing.assert_allclose(S, want, rtol=1e-5, atol=1e-6)
 
 
 def test_fail_fuse_twice_and_attached():
