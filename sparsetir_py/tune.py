@@ -1,4 +1,5 @@
-"""Per-matrix search of format, parameters and schedule (`sp.tune.spmm`, `sp.tune.sddmm`).
+"""Per-matrix search of format, parameters and schedule (`sp.tune.spmm`, `sp.tune.sddmm`;
+the contract is docs/design.md §3c).
 
     result = sp.tune.spmm(A, 128)          # ranks candidates, times the best few, caches the winner
     print(result.table)                    # every candidate: predicted and measured ms
@@ -142,7 +143,7 @@ class Machine:
     threads: int
     l2_bytes: int  # per core
     l3_bytes: int  # shared
-    stream_bps: float = 35e9  # streaming bandwidth, 2 threads (DESIGN.md §5)
+    stream_bps: float = 35e9  # streaming bandwidth, 2 threads (docs/design.md §5)
 
     def gather_bps(self, table_bytes: float) -> float:
         """Rate of reading rows of a dense operand of `table_bytes` at random: from L2 when it fits

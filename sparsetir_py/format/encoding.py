@@ -914,7 +914,15 @@ def _composes_to_identity(inv: AffineExpr, d: int, exprs: Sequence[LevelExpr]) -
 
 def parse_encoding(text: str) -> SparseTensorEncoding:
     """Parse MLIR `#sparse_tensor.encoding<{...}>` text (see the module docstring for the
-    grammar). Malformed text raises `EncodingError` with the position and what was expected."""
+    grammar). Malformed text raises `EncodingError` with the position and what was expected.
+
+    >>> import sparsetir_py as sp
+    >>> csr = sp.parse_encoding("#sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>")
+    >>> str(csr) == "#sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>"
+    True
+    >>> sp.parse_encoding(str(csr)) == csr
+    True
+    """
     if isinstance(text, SparseTensorEncoding):
         return text
     if not isinstance(text, str):

@@ -282,6 +282,21 @@ def to_storage(A, enc: SparseTensorEncoding | str, name: str = "a") -> SparseTen
     wrong rank, a level coordinate outside its level, two elements on one level coordinate, an
     n_out_of_m group with more than n elements, an ELL row with more elements than slices, or an
     index that does not fit `posWidth`/`crdWidth`.
+
+    >>> import numpy as np, sparsetir_py as sp
+    >>> csr = "#sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed) }>"
+    >>> st = sp.to_storage(np.array([[1.0, 0, 2], [0, 0, 3]]), csr)
+    >>> print(st)  # doctest: +NORMALIZE_WHITESPACE
+    ---- Sparse Tensor ----
+    nse = 3
+    dim = ( 2, 3 )
+    lvl = ( 2, 3 )
+    positions[1] : ( 0, 2, 3 )
+    coordinates[1] : ( 0, 2, 2 )
+    values : ( 1.0, 2.0, 3.0 )
+    ----
+    >>> st.to_dense().tolist()
+    [[1.0, 0.0, 2.0], [0.0, 0.0, 3.0]]
     """
     enc = parse_encoding(enc)
     coords, vals, shape = _entries(A)

@@ -25,10 +25,6 @@ schedule promises that the parts write disjoint elements (`annotate(block, "disj
 True)`, as SparseTIR's hyb schedule relies on its format: an ELL bucket of one column part holds
 each row once). So an init that zeroes the output is never fused with the parts that accumulate
 into it, and the number of launches does not grow with the number of parts.
-
-    >>> import sparsetir_py as sp
-    >>> sp.horizontal_fusion  # doctest: +ELLIPSIS
-    <function horizontal_fusion at ...>
 """
 
 from __future__ import annotations
@@ -53,6 +49,21 @@ def horizontal_fusion(mod: PrimFunc | IRModule, *, only_marked: bool = False) ->
 
     With `only_marked=True` (what `sp.compile` uses) only functions that `decompose_format` made
     or that carry the attribute `horizontal_fuse` are changed.
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py import script as T
+    >>> @T.prim_func
+    ... def two(x: T.handle, y: T.handle, n: T.int32, k: T.int32):
+    ...     T.func_attr({"stage": 3})
+    ...     X = T.match_buffer(x, (n,), "float32")
+    ...     Y = T.match_buffer(y, (k,), "float32")
+    ...     for i in T.parallel(n):
+    ...         X[i] = T.float32(1)
+    ...     for j in T.parallel(k):
+    ...         Y[j] = T.float32(2)
+    >>> fused = sp.horizontal_fusion(two)["main"]
+    >>> "for u_fused in T.parallel(n + k" in sp.ir.printer.script(fused)
+    True
     """
     mod = IRModule.from_any(mod)
     out = {}
