@@ -59,3 +59,8 @@ class InputError(SparseTIRError):
 
 class InterpretError(SparseTIRError):
     """The reference interpreter met a script that reads or writes outside its buffers."""
+
+
+class DistributedError(SparseTIRError):
+    """A distributed call (`sp.distributed`) that the cluster could not finish: no workers came,
+    a wait ran past its timeout, or a task kept failing after the recoveries allowed."""
