@@ -394,8 +394,18 @@ class DistributedMatrix:
         recoveries = 0
         while len(done) < self.num_row_blocks:
             if pending:
-                holders = self._holders(deadline)
-                call.send(self, holders, pending, deadline)
+                try:
+                    holders = self._holders(deadline)
+                    call.send(self, holders, pending, deadline)
+                except (OSError, KeyError) as e:
+                    # A worker died while data was sent to it, before the scheduler removed it:
+                    # ask again who holds what once it has.
+                    recoveries += 1
+                    if recoveries > MAX_RECOVERIES:
+                        raise DistributedError(f"{where}: could not send the operands: {e}") from e
+                    time.sleep(0.2)
+                    call.forget_lost(deadline)
+                    continue
                 for r in sorted(pending):
                     finals[r] = call.submit(self, r)
                 pending = set()
