@@ -31,6 +31,9 @@ How a call runs:
 - **Result.** Row blocks are gathered in row order into a numpy array (SpMM) or a CSR matrix with
   A's canonical structure (SDDMM), or, with `gather=False`, left on the workers as a `dask.array`
   whose chunks are the row blocks (CSR chunks for SDDMM).
+- **Operands on the cluster.** B, X and Y may be `dask.array`s (e.g. the previous layer's
+  `gather=False` output): they are rechunked to the blocks and computed on the cluster, so their
+  rows move from worker to worker and never through the client.
 
 Inputs are checked on the client with `sp.ops`' own checks, before anything is scattered or
 submitted: the same `sp.InputError`s. A worker that dies during a call is survived: Dask runs its
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import numbers
 import time
 import uuid
@@ -334,7 +338,8 @@ class DistributedMatrix:
     def spmm(self, B, target: str = "cpu", schedule=None, *, gather: bool = True, timeout: float | None = None):
         """`A @ B` as `sp.ops.spmm(A, B, target=..., schedule=...)` computes it, block by block on
         the workers: a numpy array, or with `gather=False` a `dask.array` of row-block chunks
-        kept on the workers (already computed)."""
+        kept on the workers (already computed). B is a numpy array (anything `sp.ops` takes) or a
+        `dask.array`, whose slabs are computed on the cluster and never pass through the client."""
         self._check_open()
         call = _spmm_call(self.shape, self.dtype, self.col_bounds, B, target, schedule)
         return self._run(call, gather, self.timeout if timeout is None else _check_timeout(timeout))
@@ -456,6 +461,14 @@ def _scatter(client, data, workers: Sequence[str], deadline: float) -> distribut
         raise DistributedError(f"scattering to {', '.join(workers)} timed out") from None
 
 
+def _put(client, value, workers: Sequence[str], deadline: float) -> distributed.Future:
+    """A numpy operand scattered to `workers`; a block of a dask.array computed on the cluster
+    (Dask moves it to the tasks that read it, and recomputes it if a worker dies)."""
+    if isinstance(value, np.ndarray):
+        return _scatter(client, value, workers, deadline)
+    return client.compute(value)
+
+
 def _raise_task_error(where: str, future: distributed.Future, deadline: float) -> None:
     """Raise a failed task's exception here (an `InputError` stays one); a task that killed
     every worker it ran on becomes a `DistributedError`."""
@@ -510,14 +523,14 @@ class _Call:
             if c in self.slab_futures:
                 continue
             workers = sorted({w for r in range(dm.num_row_blocks) for w in holders[dm._piece_index(r, c)]})
-            self.slab_futures[c] = _scatter(dm.client, self.slabs[c], workers, deadline)
+            self.slab_futures[c] = _put(dm.client, self.slabs[c], workers, deadline)
         if self.rows is None:
             return
         for r in rows:
             if r in self.row_futures:
                 continue
             workers = sorted({w for c in range(C) for w in holders[dm._piece_index(r, c)]})
-            self.row_futures[r] = _scatter(dm.client, self.rows[r], workers, deadline)
+            self.row_futures[r] = _put(dm.client, self.rows[r], workers, deadline)
 
     def submit(self, dm: DistributedMatrix, r: int) -> distributed.Future:
         """The tasks of row block `r`; returns the future of its result."""
@@ -583,29 +596,57 @@ class _Call:
         return da.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
 
 
+def _operand(X, name: str):
+    """A dense operand: a dask.array (checked by its metadata; its values stay on the cluster) or
+    anything `sp.ops` takes (checked by `sp.ops`)."""
+    if not isinstance(X, da.Array):
+        return ops._operand(X, name)
+    ops._check_kind(X.dtype, f"`{name}`")
+    if X.ndim != 2:
+        raise InputError(f"`{name}` must be a 2-D array, got shape {X.shape}")
+    if any(math.isnan(s) for s in X.shape):
+        raise InputError(f"`{name}` has unknown chunk sizes: call `{name}.compute_chunk_sizes()` first")
+    return X
+
+
+def _dense(X, name: str, rows: int, dtype: np.dtype):
+    """`sp.ops`' row check and cast, lazily for a dask.array."""
+    if not isinstance(X, da.Array):
+        return ops._dense(X, name, rows, dtype)
+    if X.shape[0] != rows:
+        raise InputError(f"`{name}` must have {rows} rows, got {X.shape[0]}")
+    return X if X.dtype == dtype else X.astype(dtype)
+
+
+def _blocks(X, bounds: np.ndarray) -> list:
+    """X's rows per block `[b0, b1)`: numpy views, or for a dask.array one `Delayed` per block
+    (rechunked to the blocks, so the rows move worker to worker, never through the client)."""
+    if not isinstance(X, da.Array):
+        return [X[b0:b1] for b0, b1 in itertools.pairwise(bounds)]
+    X = X.rechunk((tuple(int(s) for s in np.diff(bounds)), (X.shape[1],)))
+    return list(X.to_delayed()[:, 0])
+
+
 def _spmm_call(shape, dtype, cols, B, target, schedule) -> _Call:
     """Check B, the target and the schedule as `sp.ops.spmm` does; B's slabs per column block."""
-    B = ops._operand(B, "B")
+    B = _operand(B, "B")
     dtype = ops._value_dtype(dtype, B.dtype)
-    B = ops._dense(B, "B", shape[1], dtype)
+    B = _dense(B, "B", shape[1], dtype)
     ref = _schedule_ref("spmm", target, schedule)
-    slabs = [B[c0:c1] for c0, c1 in itertools.pairwise(cols)]
-    return _Call("spmm", dtype, B.shape[1], slabs, None, target, ref)
+    return _Call("spmm", dtype, int(B.shape[1]), _blocks(B, cols), None, target, ref)
 
 
 def _sddmm_call(shape, dtype, rows, cols, X, Y, target, schedule) -> _Call:
     """Check X, Y, the target and the schedule as `sp.ops.sddmm` does; Y's slabs per column
     block and X's rows per row block."""
     m, n = shape
-    X, Y = ops._operand(X, "X"), ops._operand(Y, "Y")
+    X, Y = _operand(X, "X"), _operand(Y, "Y")
     dtype = ops._value_dtype(dtype, X.dtype, Y.dtype)
-    X, Y = ops._dense(X, "X", m, dtype), ops._dense(Y, "Y", n, dtype)
+    X, Y = _dense(X, "X", m, dtype), _dense(Y, "Y", n, dtype)
     if X.shape[1] != Y.shape[1]:
         raise InputError(f"`X` and `Y` must have the same number of columns, got {X.shape[1]} and {Y.shape[1]}")
     ref = _schedule_ref("sddmm", target, schedule)
-    slabs = [Y[c0:c1] for c0, c1 in itertools.pairwise(cols)]
-    xrows = [X[r0:r1] for r0, r1 in itertools.pairwise(rows)]
-    return _Call("sddmm", dtype, X.shape[1], slabs, xrows, target, ref)
+    return _Call("sddmm", dtype, int(X.shape[1]), _blocks(Y, cols), _blocks(X, rows), target, ref)
 
 
 def _partition(csr, client, row_blocks, col_blocks, replicas, timeout):

@@ -341,6 +341,40 @@ def test_column_blocks_send_slabs_not_all_of_b(client, traffic):
     np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
 
 
+def test_dask_array_operands_stay_on_the_cluster(client, traffic):
+    """A two-layer GNN step: the first layer's output stays on the workers as a dask.array and is
+    the next layer's B; the client scatters nothing after A."""
+    import dask.array as da
+
+    A = load_matrix("cora")
+    B, X = operands(A, 8)
+    W = np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32)
+    with sp_distributed.DistributedMatrix(A, client, row_blocks=2, col_blocks=2, timeout=TIMEOUT) as dA:
+        Bd = client.persist(da.from_array(B, chunks=(1000, 8)))
+        distributed.wait(Bd, timeout=TIMEOUT)
+        start = traffic.snapshot()
+        H1 = dA.spmm(Bd, gather=False)
+        H2 = dA.spmm(H1 @ W)
+        S = dA.sddmm(H1, da.from_array(X, chunks=(500, 8)), gather=False)
+        assert traffic.since(start)[1] == 0  # nothing scattered: every operand was a dask.array
+        expected = ops.spmm(A, B)
+        assert H1.chunks[0] == tuple(np.diff(dA.row_bounds))
+        np.testing.assert_allclose(H1.compute(), expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(H2, A @ (np.asarray(A @ B) @ W), rtol=1e-4, atol=1e-4)
+        got = S.compute()
+        np.testing.assert_allclose(got.data, sddmm_reference(A, H1.compute(), X), rtol=1e-4, atol=1e-4)
+    # A dask operand is checked by its metadata before anything runs.
+    start = traffic.snapshot()
+    for bad in (
+        da.zeros((5, 2), chunks=2),
+        da.zeros((A.shape[1],), chunks=100),
+        da.zeros((A.shape[1], 2), dtype="c8", chunks=100),
+    ):
+        with pytest.raises(sp.InputError):
+            sp_distributed.spmm(A, bad, client, timeout=TIMEOUT)
+    assert traffic.since(start) == (0, 0)
+
+
 # -------------------------------------------------------------------- bad input
 def _broken_indptr():
     A = sps.csr_matrix((np.ones(3, np.float32), np.array([0, 1, 2]), np.array([0, 2, 1, 3])), shape=(3, 3))
