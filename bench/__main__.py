@@ -3,6 +3,7 @@
     python -m bench spmm                       # all graphs, widths 32 128 512, every baseline installed
     python -m bench sddmm --graphs cora pubmed --widths 32 --baselines torch
     python -m bench spmm --smoke               # cora, width 32, scipy only: a few seconds
+    python -m bench spmm --distributed 2       # sp.distributed on 2 local workers vs sp.ops (rmat)
 
 Writes `<out>/<op>.json` and `<out>/<op>.md` (default `bench/results/`) and prints a summary.
 Baselines need `pip install -e ".[bench]"`; a missing one is skipped with a note. Exit status 1
@@ -83,6 +84,13 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--plot", action="store_true", help="also write <out>/<op>.png: ratios per graph and width (needs [viz])"
+    )
+    p.add_argument(
+        "--distributed",
+        type=int,
+        metavar="N",
+        help="run sp.distributed on a LocalCluster of N workers against single-process sp.ops instead "
+        "(default graph rmat, widths 32 128; see bench/distributed.py)",
     )
     return p
 
@@ -178,6 +186,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     prog = prog or program_name()
     args = parser(prog).parse_args(argv)
     command = f"{prog} {shlex.join(argv)}".rstrip()
+    if args.distributed is not None:
+        from .distributed import run as run_distributed
+
+        return run_distributed(args, command)
     status = 0
     stream = None
     for config in configs(args):

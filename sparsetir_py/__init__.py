@@ -84,4 +84,9 @@ def __getattr__(name: str):
         import format_rules
 
         return format_rules
+    # `sp.distributed` needs the optional extra `[distributed]` (Dask): loaded on first use only.
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.distributed")
     raise AttributeError(f"module 'sparsetir_py' has no attribute {name!r}")

@@ -82,3 +82,8 @@ class EncodingError(SparseTIRError):
             full = f"{message} (at position {position}, line {self.line}, column {self.column})"
             full += f"\n    {source_line.rstrip()}\n    {' ' * (position - start)}^"
         super().__init__(full)
+
+
+class DistributedError(SparseTIRError):
+    """A distributed call (`sp.distributed`) that the cluster could not finish: no workers came,
+    a wait ran past its timeout, or a task kept failing after the recoveries allowed."""
