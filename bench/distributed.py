@@ -51,7 +51,7 @@ def run(args, command: str) -> int:
     ops = ("spmm", "sddmm") if args.op == "all" else (args.op,)
     threads = args.threads
     per_worker = max(1, threads // workers)
-    # Before Numba is imported here or in a worker: thread counts and passive waiting (DESIGN §5).
+    # Before Numba is imported here or in a worker: thread counts and passive waiting (docs/design.md §5).
     os.environ.update({"NUMBA_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": args.omp_wait_policy})
     worker_env = {"NUMBA_NUM_THREADS": str(per_worker), "OMP_NUM_THREADS": str(per_worker)}
     worker_env["OMP_WAIT_POLICY"] = args.omp_wait_policy

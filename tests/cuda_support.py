@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
 
 
 @functools.cache
@@ -19,3 +27,29 @@ def ptx_unavailable() -> str | None:
     except Exception as e:  # no NVVM / nvrtc wheels
         return f"numba-cuda cannot compile PTX here: {type(e).__name__}: {e}"
     return None
+
+
+def simulated_run(tmp_path_factory, tag: str, script: Path) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+    """Run `script` once per pytest run under Numba's CUDA simulator (a subprocess:
+    NUMBA_ENABLE_CUDASIM must be set before numba.cuda is imported, and the rest of the suite
+    needs the real numba-cuda); `python script OUT` writes `OUT` (.npz) and `OUT.json`. Under
+    xdist the workers share one run (a lock file in the run's base folder)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        base = tmp_path_factory.mktemp(f"{tag}_cudasim")
+        return _simulate_once(script, base / "outputs.npz", base / "cache")
+    shared = tmp_path_factory.getbasetemp().parent  # one folder per pytest run, shared by workers
+    with open(shared / f"{tag}_cudasim.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _simulate_once(script, shared / f"{tag}_cudasim.npz", shared / f"{tag}_cudasim_cache")
+
+
+def _simulate_once(script: Path, out: Path, cache: Path) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+    if not out.with_suffix(".json").is_file():
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONWARNINGS": "ignore", "SPARSETIR_CACHE_DIR": str(cache)}
+        proc = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+        if proc.returncode != 0 or not out.with_suffix(".json").is_file():
+            raise RuntimeError(f"the simulator run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    results = json.loads(out.with_suffix(".json").read_text())
+    with np.load(out) as saved:
+        return results, dict(saved)

@@ -22,9 +22,7 @@ if __name__ == "__main__":
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before anything imports numba.cuda
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # corpus, strategies
 
-import fcntl
 import json
-import subprocess
 import traceback
 import zlib
 
@@ -32,6 +30,7 @@ import corpus
 import numpy as np
 import pytest
 import scipy.sparse
+from cuda_support import simulated_run
 from strategies import edge_matrices, make_csr
 
 import sparsetir_py as sp
@@ -779,32 +778,8 @@ def simulate(out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory) -> tuple[dict[str, str], dict[str, np.ndarray]]:
-    """One simulator run per pytest run (a subprocess: NUMBA_ENABLE_CUDASIM must be set before
-    numba.cuda is imported, and the rest of the suite needs the real numba-cuda)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        base = tmp_path_factory.mktemp("unstored_writes_cudasim")
-        return _simulate_once(base / "outputs.npz", base / "cache")
-    shared = tmp_path_factory.getbasetemp().parent  # one folder per pytest run, shared by workers
-    with open(shared / "unstored_writes_cudasim.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _simulate_once(shared / "unstored_writes_cudasim.npz", shared / "unstored_writes_cudasim_cache")
-
-
-def _simulate_once(out: Path, cache: Path) -> tuple[dict[str, str], dict[str, np.ndarray]]:
-    if not out.with_suffix(".json").is_file():
-        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONWARNINGS": "ignore", "SPARSETIR_CACHE_DIR": str(cache)}
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), str(out)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if proc.returncode != 0 or not out.with_suffix(".json").is_file():
-            raise RuntimeError(f"the simulator run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    results = json.loads(out.with_suffix(".json").read_text())
-    with np.load(out) as saved:
-        return results, dict(saved)
+    """One simulator run of this file's `__main__` per pytest run (`cuda_support.simulated_run`)."""
+    return simulated_run(tmp_path_factory, "unstored_writes", Path(__file__).resolve())
 
 
 @pytest.mark.parametrize("case", accepted_cases())
