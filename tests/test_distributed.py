@@ -506,8 +506,10 @@ def test_killed_worker_mid_call_gives_the_same_bits(client, traffic, tmp_path):
 
 
 def test_killed_worker_with_replicas_is_retried_by_dask(client, traffic, tmp_path):
-    """With each piece on both workers, Dask reruns the dead worker's task on the other one:
-    nothing is scattered again, and the SDDMM values are exact."""
+    """With each piece on both workers, Dask reruns the dead worker's task on the other one: no
+    piece of A is scattered again (the pieces keep their keys), and the SDDMM values are exact.
+    The operands go out at least once; when the rerun lands where an operand's only copy was
+    lost, Dask moves it again, so their bytes are a lower bound (a loaded machine shows it)."""
     A = load_matrix("cora")
     B, X = operands(A, 16)
     expected = ops.sddmm(A, X, B)
@@ -518,8 +520,8 @@ def test_killed_worker_with_replicas_is_retried_by_dask(client, traffic, tmp_pat
         start = traffic.snapshot()
         S, _ = _kill_a_worker_mid_call(client, str(tmp_path), lambda: dA.sddmm(X, B, schedule=schedule))
         _, sent = traffic.since(start)
-        assert sent == X.nbytes + B.nbytes  # the operands once; no piece of A again
-        assert [f.key for f in dA._pieces] == keys
+        assert sent >= X.nbytes + B.nbytes
+        assert [f.key for f in dA._pieces] == keys  # no piece of A scattered again
     assert np.array_equal(S.data, expected.data) and np.array_equal(S.indices, expected.indices)
 
 
