@@ -7,14 +7,15 @@ the contract is docs/design.md §3c).
     C = sp.ops.spmm(A, B, format="auto")   # the same, through the cache
 
 Candidates are (format, parameters, schedule): CSR with rows split statically or handed out in
-dynamic chunks, SDDMM over nonzeros, hyb with 1 to 8 column partitions, BSR where blocks are
-dense enough. A cost model ranks them from the row-length histogram, the spread of columns (how
-much of B each column partition keeps in cache) and the padding each format adds; the best
-`top` are timed briefly (each after one untimed call that converts and compiles), and the
-fastest wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the
-kernels: `$SPARSETIR_CACHE_DIR`), keyed by a fingerprint of A's structure, the width, the target,
-the machine (processor, cores, threads) and this module's version, so a second process does not
-tune again.
+dynamic chunks, each also taking four nonzeros per update of C's row (SpMM), SDDMM over
+nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+histogram, the spread of columns (how much of B each column partition keeps in cache) and the
+padding each format adds; the best `top` are timed briefly (each after one untimed call that
+converts and compiles), in rounds of one call each so that noise costs them alike, and the
+fastest wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside
+the kernels: `$SPARSETIR_CACHE_DIR`), keyed by a fingerprint of A's structure, the width, the
+target, the machine (processor, cores, threads) and this module's version, so a second process
+does not tune again.
 
 Problems too small to amortise conversion (fewer than `TIMING_GRAIN` multiply-adds) are not
 timed: the model picks among CSR schedules alone. CUDA candidates are ranked by the model but
@@ -40,7 +41,7 @@ import scipy.sparse
 from . import ops
 from .errors import InputError
 
-TUNE_FORMAT = 1  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 2  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 _MEMORY: dict[str, TuneResult] = {}
 
@@ -308,22 +309,35 @@ def _operands(op: str, csr, w: int, dtype) -> tuple:
     return rng.uniform(-1, 1, (m, w)).astype(dtype), rng.uniform(-1, 1, (n, w)).astype(dtype)
 
 
-def _time(op: str, csr, operands, c: Candidate, target: str, budget: float) -> None:
+def _setup(op: str, csr, operands, c: Candidate, target: str):
+    """The candidate's call, after one untimed run that converts and compiles (its time is
+    `setup_s`); None when the candidate cannot run here (reported in the table, not fatal)."""
     run = ops.spmm if op == "spmm" else ops.sddmm
     kwargs = {"format": c.format, "target": target, "schedule": c.schedule, **c.params}
     try:
         t0 = time.perf_counter()
-        run(csr, *operands, **kwargs)  # converts and compiles
+        run(csr, *operands, **kwargs)
         c.setup_s = time.perf_counter() - t0
-        times: list[float] = []
-        start = time.perf_counter()
-        while len(times) < 3 or (time.perf_counter() - start < budget and len(times) < 50):
-            t0 = time.perf_counter()
-            run(csr, *operands, **kwargs)
-            times.append(time.perf_counter() - t0)
-        c.measured_s = float(np.median(times))
-    except Exception as e:  # a candidate that cannot run here is reported, not fatal
+    except Exception as e:
         c.error = f"{type(e).__name__}: {e}"[:160]
+        return None
+    return lambda: run(csr, *operands, **kwargs)
+
+
+def _time_together(calls: dict, budget: float, max_rounds: int = 400) -> dict:
+    """Median seconds per call of each candidate, timed in rounds (one call of each per round,
+    in turn), so that a slow or busy stretch of the machine costs every candidate alike; at
+    least 5 rounds, then until `budget` seconds per candidate are spent."""
+    times: dict = {c: [] for c in calls}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < 5 or (time.perf_counter() - start < budget * len(calls) and rounds < max_rounds):
+        for c, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[c].append(time.perf_counter() - t0)
+        rounds += 1
+    return {c: float(np.median(v)) for c, v in times.items()}
 
 
 def _gpu_present() -> bool:
@@ -423,8 +437,16 @@ def tune(
         from tqdm.auto import tqdm
 
         operands = _operands(op, csr, int(feat), dtype)
+        calls = {}
         for c in tqdm(timed, desc=f"tuning {op} (width {feat})", unit="candidate", disable=not show, leave=False):
-            _time(op, csr, operands, c, target, budget)
+            call = _setup(op, csr, operands, c, target)
+            if call is not None:
+                calls[id(c)] = call
+        if calls:
+            medians = _time_together(calls, budget)
+            for c in timed:
+                if id(c) in medians:
+                    c.measured_s = medians[id(c)]
     ok = [c for c in timed if c.measured_s is not None]
     if ok:
         winner = min(ok, key=lambda c: c.measured_s)
