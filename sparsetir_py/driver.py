@@ -25,6 +25,7 @@ from .transform import (
     lower_sparse_iter,
     partition_loops,
     promote_accumulators,
+    unroll_loops,
 )
 
 
@@ -87,22 +88,31 @@ def compile(
     # Every buffer flat, every access an explicit offset (dense buffers through their layouts).
     mod = lower_sparse_buffer(mod, layouts)
     _debug("Stage III", mod)
-    # Scratch sized for a whole scope shrinks to what one instance touches (rfactor's `C_rf`
-    # becomes a register per thread on CUDA); function-level local scratch moves into the kernel.
-    mod = compact_buffers(mod, target)
-    # Accumulations into one element per loop run in a register (scalar replacement; on the CPU
-    # only, where no other thread touches that element inside the loop).
-    # Split loops run their full chunks without the split's guard (the partial chunk keeps it).
-    mod = partition_loops(mod) if target == "cpu" else mod
-    mod = promote_accumulators(mod) if target == "cpu" else mod
-    # Loads of read-only buffers move out of the loops that do not change them (Numba arrays carry
-    # no aliasing information, so LLVM would reload them on every iteration).
-    mod = hoist_loop_invariants(mod)
-    # The parts of a decomposed function share one launch (CUDA) / one parallel loop (CPU).
-    mod = horizontal_fusion(mod, only_marked=True)
+    mod = target_passes(mod, target)
     _debug(f"Stage III, {target} passes", mod)
     # Stage III -> Python source -> Numba kernel (compiled lazily, cached on disk).
     kernel = build(mod, target)
     # A call may still pass a specialised size (with its compiled value), as to the generic function.
     kernel.specialized = {str(k): v for k, v in (specialize or {}).items()}
     return kernel
+
+
+def target_passes(mod: PrimFunc | IRModule, target: str) -> IRModule:
+    """The Stage III passes `compile` runs for `target` before `build`, in order."""
+    mod = IRModule.from_any(mod)
+    # Scratch sized for a whole scope shrinks to what one instance touches (rfactor's `C_rf`
+    # becomes a register per thread on CUDA); function-level local scratch moves into the kernel.
+    mod = compact_buffers(mod, target)
+    # Loops marked `unroll` become copies (what depends on the copy becomes a constant offset).
+    mod = unroll_loops(mod)
+    # Split loops run their full chunks without the split's guard (the partial chunk keeps it).
+    mod = partition_loops(mod) if target == "cpu" else mod
+    # Accumulations into fixed elements in a loop run in registers (scalar replacement; on the
+    # CPU only, where no other thread touches those elements inside the loop).
+    mod = promote_accumulators(mod) if target == "cpu" else mod
+    # Loads of read-only buffers move out of the loops that do not change them (Numba arrays carry
+    # no aliasing information, so LLVM would reload them on every iteration).
+    mod = hoist_loop_invariants(mod)
+    # The parts of a decomposed function share one launch (CUDA) / one parallel loop (CPU).
+    mod = horizontal_fusion(mod, only_marked=True)
+    return mod

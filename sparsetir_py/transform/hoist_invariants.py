@@ -159,6 +159,41 @@ def hoist_loop_invariants(mod: PrimFunc | IRModule) -> IRModule:
 
 
 # ------------------------------------------------------------------------ scalar replacement
+def _varies(e: PrimExpr, inner: set[Var]) -> bool:
+    return any(isinstance(n, Var) and n in inner for n in walk(e))
+
+
+def _reads(e: PrimExpr, buf) -> bool:
+    return any(isinstance(n, BufferLoad) and n.buffer is buf for n in walk(e))
+
+
+def _linear(e: PrimExpr) -> tuple[list[PrimExpr], int]:
+    """`e` as a sum: its non-constant terms (a `-` term negated as `(-1) * t`) and its constant."""
+    if isinstance(e, IntImm):
+        return [], e.value
+    if isinstance(e, BinOp) and e.op in ("+", "-"):
+        ta, ca = _linear(e.a)
+        tb, cb = _linear(e.b)
+        if e.op == "+":
+            return ta + tb, ca + cb
+        return ta + [BinOp("*", IntImm(-1, t.dtype), t) for t in tb], ca - cb
+    return [e], 0
+
+
+def _differ(a: PrimExpr, b: PrimExpr) -> bool:
+    """Whether integer offsets `a` and `b` are provably different: the same terms, other constants."""
+    ta, ca = _linear(a)
+    tb, cb = _linear(b)
+    if ca == cb or len(ta) != len(tb):
+        return False
+    rest = list(tb)
+    for t in ta:
+        if t not in rest:
+            return False
+        rest.remove(t)
+    return True
+
+
 def _accesses(node, buf) -> list:
     return [n for n in walk(node) if isinstance(n, BufferLoad | BufferStore | AtomicAdd) and n.buffer is buf]
 
@@ -166,18 +201,24 @@ def _accesses(node, buf) -> list:
 class _Promoter:
     """Accumulations `X[e] = X[e] + ...` in a loop that leaves `e` unchanged go through a register.
 
-    For a loop whose body touches buffer `X` only at one flat offset `e`, and `e` does not change
-    in the loop (block iterators seen through): `acc = X[e]` before the loop, every access to
-    `X[e]` in the loop becomes `acc`, and `X[e] = acc` after it. Nothing else reads or writes
-    `X[e]` meanwhile, so the value is the same; the loop's accumulation then runs in a register
-    instead of a load and a store per iteration (SDDMM's dot product over the features).
+    For a loop whose body touches buffer `X` only at offsets that do not change in the loop (block
+    iterators seen through) and that are pairwise different (`e`, `e + 1`, ... after
+    `unroll_loops`; the same offset spelled twice is one register): `acc = X[e]` before the loop,
+    every access to `X[e]` in the loop becomes `acc`, and `X[e] = acc` after it. Nothing else
+    reads or writes `X[e]` meanwhile, so the value is the same; the loop's accumulation then runs
+    in a register instead of a load and a store per iteration (SDDMM's dot product over the
+    features; with the nonzeros unrolled by 4, four dot products in four registers that share
+    each load of X's row).
     """
+
+    MAX_REGISTERS = 16  # per loop: past this, registers would spill
 
     def __init__(self, func: PrimFunc):
         self.func = func
         self.count = 0
 
     def candidates(self, loop: For) -> list[tuple[object, PrimExpr, PrimExpr]]:
+        """(buffer, offset as written, offset through block iterators) of each promotable access."""
         inner, aliases = _bound_in(loop.body)
         inner.add(loop.loop_var)
         stored = []
@@ -193,30 +234,34 @@ class _Promoter:
                 continue
             if any(isinstance(n, Block) and buf in n.alloc_buffers for n in walk(loop.body)):
                 continue
-            index = accesses[0].indices[0]
-            if any(a.indices[0] != index for a in accesses):
+            offsets = {}
+            for a in accesses:
+                if a.indices[0] not in offsets:
+                    offsets[a.indices[0]] = _resolve(a.indices[0], aliases)
+            if len(offsets) > self.MAX_REGISTERS:
                 continue
-            resolved = _resolve(index, aliases)
-            if any(isinstance(n, Var) and n in inner for n in walk(resolved)):
+            if any(_varies(r, inner) or _reads(r, buf) for r in offsets.values()):
                 continue
-            if any(isinstance(n, BufferLoad) for n in walk(resolved)) and any(
-                isinstance(n, BufferLoad) and n.buffer is buf for n in walk(resolved)
-            ):
-                continue
-            out.append((buf, index, resolved))
+            distinct = list(dict.fromkeys(offsets.values()))
+            if not all(_differ(a, b) for n, a in enumerate(distinct) for b in distinct[n + 1 :]):
+                continue  # two offsets that may meet: one register each would be wrong
+            out.extend((buf, index, resolved) for index, resolved in offsets.items())
         return out
 
     def loop(self, f: For) -> Stmt:
         f = f.replace(body=self.stmt(f.body))
-        promoted = []
+        registers: dict[tuple, FlatBuffer] = {}
+        targets = {}
         for buf, index, resolved in self.candidates(f):
-            reg = FlatBuffer(f"{buf.name}_acc{self.count}", (IntImm(1),), buf.dtype, scope="local")
-            self.count += 1
-            promoted.append((buf, index, resolved, reg))
-        if not promoted:
+            reg = registers.get((buf, resolved))
+            if reg is None:
+                reg = FlatBuffer(f"{buf.name}_acc{self.count}", (IntImm(1),), buf.dtype, scope="local")
+                self.count += 1
+                registers[(buf, resolved)] = reg
+            targets[(buf, index)] = reg
+        if not registers:
             return f
         zero = IntImm(0)
-        targets = {(buf, index): reg for buf, index, _, reg in promoted}
 
         def redirect(n):
             n = map_children(n, redirect)
@@ -227,10 +272,10 @@ class _Promoter:
                 return n.replace(buffer=reg, indices=(zero,))
             return n
 
-        loads = tuple(BufferStore(reg, (zero,), BufferLoad(buf, (resolved,))) for buf, _, resolved, reg in promoted)
-        stores = tuple(BufferStore(buf, (resolved,), BufferLoad(reg, (zero,))) for buf, _, resolved, reg in promoted)
+        loads = tuple(BufferStore(reg, (zero,), BufferLoad(buf, (at,))) for (buf, at), reg in registers.items())
+        stores = tuple(BufferStore(buf, (at,), BufferLoad(reg, (zero,))) for (buf, at), reg in registers.items())
         result: Stmt = SeqStmt((*loads, redirect(f), *stores))
-        for _, _, _, reg in reversed(promoted):
+        for reg in reversed(registers.values()):
             result = Allocate(reg, result)
         return result
 

@@ -23,8 +23,9 @@ from ..ir import make as mk
 from ..ir.expr import BinOp, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.node import FrozenDict
-from ..ir.stmt import Block, For, IfThenElse, LetStmt, Stmt, seq
+from ..ir.stmt import Block, For, IfThenElse, Stmt, seq
 from ..ir.visit import map_children, post_order_rewrite, substitute, walk
+from .unroll_loops import fresh_copy
 
 
 def partition_loops(mod: PrimFunc | IRModule) -> IRModule:
@@ -118,7 +119,7 @@ def _partition(loop: For) -> Stmt | None:
     chain: Stmt | None = None
     for r in range(f - 1, 0, -1):
         copy = _decided(loop.body, is_guard, r, f)
-        copy = _renamed(substitute(copy, {v: tail_var}), f"_r{r}")
+        copy = fresh_copy(substitute(copy, {v: tail_var}), f"_r{r}")
         chain = copy if chain is None else IfThenElse(mk.cmp("==", rest, IntImm(r, rest.dtype)), copy, chain)
     tail = loop.replace(loop_var=tail_var, min=full.extent, extent=mk.sub(loop.extent, full.extent), body=chain)
     return seq(full, tail)
@@ -155,16 +156,6 @@ def _offset(cond: BinOp) -> int:
     if isinstance(lhs, BinOp) and lhs.op == "+" and isinstance(lhs.b, IntImm):
         return lhs.b.value
     return 0
-
-
-def _renamed(body: Stmt, suffix: str) -> Stmt:
-    """`body` with fresh variables for everything it binds and block names ending in `suffix`."""
-    bound = [n.loop_var for n in walk(body) if isinstance(n, For)]
-    bound += [iv.var for n in walk(body) if isinstance(n, Block) for iv in n.iter_vars]
-    bound += [n.var for n in walk(body) if isinstance(n, LetStmt)]
-    fresh = {b: Var(f"{b.name}{suffix}", b.dtype) for b in bound}
-    body = substitute(body, fresh)
-    return post_order_rewrite(body, lambda n: n.replace(name=f"{n.name}{suffix}") if isinstance(n, Block) else n)
 
 
 def _conjuncts(e: PrimExpr) -> list[PrimExpr]:

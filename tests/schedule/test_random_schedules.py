@@ -39,12 +39,12 @@ from strategies import csr_matrices, edge_matrices
 
 import sparsetir_py as sp
 from sparsetir_py import script as T
+from sparsetir_py.driver import target_passes
 from sparsetir_py.ir.stmt import Block, For, IfThenElse
 from sparsetir_py.ir.visit import walk
 from sparsetir_py.ops import sddmm_script, spmm_script
 from sparsetir_py.schedule import state
 from sparsetir_py.schedule.loops import BINDABLE
-from sparsetir_py.transform import compact_buffers, hoist_loop_invariants, promote_accumulators
 from sparsetir_py.transform.region import annotate_regions
 
 OPS = {"spmm": spmm_script, "sddmm": sddmm_script}
@@ -311,8 +311,7 @@ def cpu_kernel(mod: sp.IRModule):
     key = ("cpu", mod["main"].script())
     if key not in _KERNELS:
         flat = sp.lower_sparse_buffer(mod)
-        flat = hoist_loop_invariants(promote_accumulators(compact_buffers(flat, "cpu")))
-        _KERNELS[key] = sp.build(flat, target="cpu")
+        _KERNELS[key] = sp.build(target_passes(flat, "cpu"), target="cpu")
     return _KERNELS[key]
 
 
