@@ -25,6 +25,7 @@ copies of A's `indptr`/`indices` (as scipy's `A.multiply` does), so changing it 
 
 from __future__ import annotations
 
+import copy
 import numbers
 import weakref
 from collections.abc import Callable
@@ -364,16 +365,24 @@ def _remember_structure(csr) -> None:
 
 def _kernel(op: str, target: str, idtype: str, dtype: str, feat: int, schedule) -> Kernel:
     schedule = _resolve_schedule(op, target, schedule)
-    key = (op, "csr", dtype, idtype, target, feat if target == "cuda" else None, schedule)
+    fixed = _fixed_width(target, schedule)
+    key = (op, "csr", dtype, idtype, target, feat if fixed else None, schedule)
     kernel = _KERNELS.get(key)
     if kernel is None:
         func = SCRIPTS[op](idtype, dtype)
-        # The feature width stays a run-time value on the CPU: a constant trip count makes LLVM
-        # unroll the feature loop completely instead of vectorising it (measured: 2-3x slower).
-        specialize = {"feat": feat} if target == "cuda" else None
+        specialize = {"feat": feat} if fixed else None
         kernel = compile_pipeline(func, target, schedule=schedule, specialize=specialize)
         _KERNELS[key] = kernel
     return kernel
+
+
+def _fixed_width(target: str, schedule) -> bool:
+    """Whether kernels are compiled for one feature width (`feat` a constant): always on CUDA; on
+    the CPU where the schedule asks for it (`schedule.fixed_width = True`). By default the width
+    stays a run-time value on the CPU: with a constant trip count LLVM unrolls the feature loop
+    of a plain dot product completely instead of vectorising it (measured: 2-4x slower at width
+    32), while a schedule that keeps several accumulators (`csr_cpu_rows_x4`) gains from it."""
+    return target == "cuda" or bool(getattr(schedule, "fixed_width", False))
 
 
 def _resolve_schedule(op: str, target: str, schedule) -> Callable:
@@ -593,13 +602,7 @@ def sddmm(
             nnz=csr.nnz,
             **sizes,
         )
-    # The result owns its structure (copies of A's indptr/indices, as scipy's `A.multiply` gives):
-    # an in-place change of the result (`eliminate_zeros`, `sort_indices`) must not reach A. The
-    # copies cost ~1.5 us on cora; scipy's constructor, which both paths run, ~10 us.
-    with_data = getattr(csr, "_with_data", None)  # keeps csr's class (matrix or array)
-    if with_data is None:
-        return scipy.sparse.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape, copy=False)
-    return with_data(out, copy=True)
+    return _with_values(csr, out)
 
 
 # -------------------------------------------------------------------- format="auto"
@@ -723,7 +726,7 @@ def _parts_kernel(
     op: str, module, params: dict, rules, structure: dict, dname: str, idtype: str, target: str, feat: int, schedule
 ):
     """The kernel of `op` decomposed by `rules` (the computation alone), compiled once per
-    format, parameters, dtypes, target, schedule (and width on CUDA). An SDDMM's output moves to
+    format, parameters, dtypes, target, schedule (and width where `_fixed_width`). An SDDMM's output moves to
     the parts' formats too."""
     from .transform import decompose_format, remove_preprocess
 
@@ -732,13 +735,14 @@ def _parts_kernel(
 
         schedule = parts(target, shared_rows=_shares_rows(rules, structure))
     schedule = _resolve_schedule(op, target, schedule)
+    fixed = _fixed_width(target, schedule)
     key = (op, id(module), repr(sorted(params.items())), tuple(r.name for r in rules), dname, idtype, target,
-           feat if target == "cuda" else None, schedule)  # fmt: skip
+           feat if fixed else None, schedule)  # fmt: skip
     kernel = _KERNELS.get(key)
     if kernel is None:
         parts = rules if op == "spmm" else [_with_output(r) for r in rules]
         mod = remove_preprocess(decompose_format(SCRIPTS[op](idtype, dname), parts))
-        specialize = {"feat": feat} if target == "cuda" else None
+        specialize = {"feat": feat} if fixed else None
         kernel = compile_pipeline(mod, target, schedule=schedule, specialize=specialize)
         _KERNELS[key] = kernel
     return kernel
@@ -838,7 +842,19 @@ def _sddmm_parts(
     for name, where in gathers.items():
         stored = where.reshape(-1) > 0
         out[where.reshape(-1)[stored] - 1] = outputs["c" + name[1:]].reshape(-1)[stored]
-    S = csr._with_data(out, copy=True) if hasattr(csr, "_with_data") else None
-    if S is None:  # pragma: no cover - scipy always has it
-        S = scipy.sparse.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
-    return S
+    return _with_values(csr, out)
+
+
+def _with_values(csr, values: np.ndarray):
+    """A matrix of `csr`'s class (matrix or array) and structure holding `values` (not copied).
+
+    The result owns its structure (copies of A's indptr/indices, as scipy's `A.multiply` gives):
+    an in-place change of the result (`eliminate_zeros`, `sort_indices`) must not reach A. A
+    shallow copy of `csr` with new arrays keeps A's index dtype (scipy's constructor would narrow
+    int64 indices that fit int32) and A's checked canonical flags, and costs ~2 us on
+    adder_dcop_05 where the constructor (`_with_data`) costs ~9 us."""
+    result = copy.copy(csr)
+    result.data = values
+    result.indices = csr.indices.copy()
+    result.indptr = csr.indptr.copy()
+    return result

@@ -7,15 +7,16 @@ the contract is docs/design.md §3c).
     C = sp.ops.spmm(A, B, format="auto")   # the same, through the cache
 
 Candidates are (format, parameters, schedule): CSR with rows split statically or handed out in
-dynamic chunks, each also taking four nonzeros per update of C's row (SpMM), SDDMM over
-nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+dynamic chunks, each also taking four nonzeros at a time (SpMM: one update of C's row for four;
+SDDMM: four dot products in one sweep over X's row; SDDMM also with the width compiled in), SDDMM
+over nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
 histogram, the spread of columns (how much of B each column partition keeps in cache) and the
 padding each format adds; the best `top` are timed briefly (each after one untimed call that
-converts and compiles), in rounds of one call each so that noise costs them alike, and the
-fastest wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside
-the kernels: `$SPARSETIR_CACHE_DIR`), keyed by a fingerprint of A's structure, the width, the
-target, the machine (processor, cores, threads) and this module's version, so a second process
-does not tune again.
+converts and compiles), in rounds of one call each so that noise costs them alike, and the fastest
+wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the kernels:
+`$SPARSETIR_CACHE_DIR`), keyed by a fingerprint of A's structure, the width, the target, the
+machine (processor, cores, threads) and this module's version, so a second process does not tune
+again.
 
 Problems too small to amortise conversion (fewer than `TIMING_GRAIN` multiply-adds) are not
 timed: the model picks among CSR schedules alone. CUDA candidates are ranked by the model but
@@ -41,7 +42,7 @@ import scipy.sparse
 from . import ops
 from .errors import InputError
 
-TUNE_FORMAT = 2  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 3  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 _MEMORY: dict[str, TuneResult] = {}
 
@@ -268,14 +269,27 @@ def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> lis
         static, dynamic = s.static_imbalance(mach.threads), s.dynamic_imbalance(mach.threads)
         out.append(Candidate("csr", {}, "csr_cpu_rows", _model_csr(op, s, w, mach, static)))
         out.append(Candidate("csr", {}, "csr_cpu_rows_balanced", _model_csr(op, s, w, mach, dynamic)))
+        mean = s.nnz / max(s.m, 1)
         if op == "spmm":
             # Four nonzeros per update of C's row: fewer loads and stores of C, more independent
             # gathers; rows shorter than a chunk gain little (their remainder is most of them).
-            mean = s.nnz / max(s.m, 1)
             gain = 0.8 if mean >= 8 else 1.05
-            out.append(Candidate("csr", {}, "csr_cpu_rows_x4", _model_csr(op, s, w, mach, static) * gain))
-            out.append(Candidate("csr", {}, "csr_cpu_rows_balanced_x4", _model_csr(op, s, w, mach, dynamic) * gain))
+        else:
+            # Four dot products per sweep over X's row (one load of X for four nonzeros): pays
+            # where the sweep is long and rows hold full chunks.
+            gain = 0.85 if w >= 64 and mean >= 4 else 1.05
+        out.append(Candidate("csr", {}, "csr_cpu_rows_x4", _model_csr(op, s, w, mach, static) * gain))
+        out.append(Candidate("csr", {}, "csr_cpu_rows_balanced_x4", _model_csr(op, s, w, mach, dynamic) * gain))
         if op == "sddmm":
+            # The width compiled in (`fixed_width` schedules): LLVM sizes the dot product's vectors
+            # to it. At narrow widths a plain dot of a constant length is unrolled into scalar code
+            # (slow); with four accumulators it stays vectorised.
+            wide = w >= 64
+            fixed_rows = _model_csr(op, s, w, mach, static) * (0.85 if wide else 3.0)
+            out.append(Candidate("csr", {}, "csr_cpu_rows_fixed", fixed_rows))
+            for name, imbalance in (("csr_cpu_rows_x4_fixed", static), ("csr_cpu_rows_balanced_x4_fixed", dynamic)):
+                t = _model_csr(op, s, w, mach, imbalance) * gain * (0.85 if wide else 1.0)
+                out.append(Candidate("csr", {}, name, t))
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
             xrows = s.nnz * w * 4 / mach.gather_bps(s.m * w * 4) / mach.threads
             out.append(Candidate("csr", {}, "csr_cpu_nonzeros", _model_csr(op, s, w, mach, 1.02) + search + xrows))

@@ -21,7 +21,7 @@ from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.node import FrozenDict
 from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, LetStmt, SeqStmt, Stmt, While
-from ..ir.visit import map_children, substitute, walk
+from ..ir.visit import children, map_children, substitute, walk
 
 
 def _bound_in(stmt: Stmt) -> tuple[set[Var], dict[Var, PrimExpr]]:
@@ -198,12 +198,37 @@ def _accesses(node, buf) -> list:
     return [n for n in walk(node) if isinstance(n, BufferLoad | BufferStore | AtomicAdd) and n.buffer is buf]
 
 
+def _guarded(node, inside: bool = False) -> set[int]:
+    """Ids of the buffer accesses in `node` that run only under a condition: in a block with a
+    predicate, a branch of an `if` or of a select. An element accessed only so may never be
+    touched by the loop (past the end of a row split by 4: another row's element, or past the
+    array), so a register for it would read and write what the loop does not."""
+    out: set[int] = set()
+    if isinstance(node, BufferLoad | BufferStore | AtomicAdd) and inside:
+        out.add(id(node))
+    if isinstance(node, Block) and node.predicate is not None and node.predicate != IntImm(1, "bool"):
+        inside = True
+    if isinstance(node, IfThenElse):
+        out |= _guarded(node.condition, inside)
+        for case in (node.then_case, node.else_case):
+            if case is not None:
+                out |= _guarded(case, True)
+        return out
+    if isinstance(node, Select):
+        out |= _guarded(node.cond, inside)
+        return out | _guarded(node.true_value, True) | _guarded(node.false_value, True)
+    for child in children(node):
+        out |= _guarded(child, inside)
+    return out
+
+
 class _Promoter:
     """Accumulations `X[e] = X[e] + ...` in a loop that leaves `e` unchanged go through a register.
 
     For a loop whose body touches buffer `X` only at offsets that do not change in the loop (block
     iterators seen through) and that are pairwise different (`e`, `e + 1`, ... after
-    `unroll_loops`; the same offset spelled twice is one register): `acc = X[e]` before the loop,
+    `unroll_loops`; the same offset spelled twice is one register), each accessed at least once
+    outside any condition (`_guarded`; a padded slot's init, say): `acc = X[e]` before the loop,
     every access to `X[e]` in the loop becomes `acc`, and `X[e] = acc` after it. Nothing else
     reads or writes `X[e]` meanwhile, so the value is the same; the loop's accumulation then runs
     in a register instead of a load and a store per iteration (SDDMM's dot product over the
@@ -226,12 +251,16 @@ class _Promoter:
             if isinstance(n, BufferStore) and n.buffer not in stored and isinstance(n.buffer, FlatBuffer):
                 stored.append(n.buffer)
         out = []
+        guarded = _guarded(loop.body) if stored else set()
         for buf in stored:
             if buf.data is None or buf.scope != "global" or len(buf.shape) == 0:
                 continue  # only function arguments: scratch may be shared between threads
             accesses = _accesses(loop.body, buf)
             if any(isinstance(a, AtomicAdd) or len(a.indices) != 1 for a in accesses):
                 continue
+            unguarded = {a.indices[0] for a in accesses if id(a) not in guarded}
+            if any(index not in unguarded for index in dict.fromkeys(a.indices[0] for a in accesses)):
+                continue  # an element touched only under a condition: the loop may never touch it
             if any(isinstance(n, Block) and buf in n.alloc_buffers for n in walk(loop.body)):
                 continue
             offsets = {}
