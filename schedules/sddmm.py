@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sparsetir_py.schedule import Schedule
 
-from .common import bind_row_search, fuse_rows_and_nonzeros, parts_cpu, parts_cuda
+from .common import bind_row_search, fixed_width, fuse_rows_and_nonzeros, parts_cpu, parts_cuda
 
 
 def csr_cpu_rows(sch: Schedule) -> None:
@@ -75,27 +75,14 @@ def csr_cpu_rows_balanced_x4(sch: Schedule) -> None:
     csr_cpu_rows_x4(sch, chunk=64)
 
 
-def _fixed_width(schedule, name: str):
-    """`schedule` for kernels compiled for one feature width (`fixed_width`: `sp.ops` then
-    specialises `feat`, one kernel per width)."""
-
-    def fixed(sch: Schedule) -> None:
-        schedule(sch)
-
-    fixed.__name__ = fixed.__qualname__ = name
-    fixed.__doc__ = f"`{schedule.__name__}` compiled for one feature width (see below)."
-    fixed.fixed_width = True
-    return fixed
-
-
 # The width as a constant (`fixed_width`): LLVM then sizes the feature loop's vectors and
 # unrolling to it. Measured (2 threads, one process, kernel calls; width 32 / 128 / 512, ms):
 # bcsstk13 x4 0.153 / 0.320 / 1.086 -> fixed 0.121 / 0.259 / 1.050; polblogs rows
 # 0.117 / 0.181 / 0.490 -> fixed 0.320 / 0.157 / 0.330 (a plain dot of a constant 32 is unrolled
 # into scalar code: slow), x4 fixed 0.113 / 0.156 / 0.403. `sp.tune` times them against the rest.
-csr_cpu_rows_fixed = _fixed_width(csr_cpu_rows, "csr_cpu_rows_fixed")
-csr_cpu_rows_x4_fixed = _fixed_width(csr_cpu_rows_x4, "csr_cpu_rows_x4_fixed")
-csr_cpu_rows_balanced_x4_fixed = _fixed_width(csr_cpu_rows_balanced_x4, "csr_cpu_rows_balanced_x4_fixed")
+csr_cpu_rows_fixed = fixed_width(csr_cpu_rows, "csr_cpu_rows_fixed")
+csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4, "csr_cpu_rows_x4_fixed")
+csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4, "csr_cpu_rows_balanced_x4_fixed")
 
 
 def _fuse_rows_and_nonzeros(sch: Schedule) -> None:

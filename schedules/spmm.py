@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sparsetir_py.schedule import Schedule
 
-from .common import bind_row_search, fuse_rows_and_nonzeros, parts_cpu, parts_cuda
+from .common import bind_row_search, fixed_width, fuse_rows_and_nonzeros, parts_cpu, parts_cuda
 
 
 def csr_cpu_rows(sch: Schedule) -> None:
@@ -114,6 +114,15 @@ def csr_cuda_nnz_split(sch: Schedule, nnz_per_block: int = 8, threads: int = 32)
 
 csr_cuda_nnz_split.stage1 = _fuse_rows_and_nonzeros
 
+# The width as a constant (`fixed_width`). Measured (2 threads, kernel calls, ms), plcomm (a
+# 60k-row power-law graph with communities, not shipped) width 32 / 128 / 512: rows
+# 2.11 / 21.9 / 84.5 -> fixed 11.8 / 8.6 / 55.9; x4 3.05 / 15.4 / 60.0 -> fixed 1.80 / 9.19 / 47.4.
+# `sp.tune` times them against the rest.
+csr_cpu_rows_fixed = fixed_width(csr_cpu_rows, "csr_cpu_rows_fixed")
+csr_cpu_rows_balanced_fixed = fixed_width(csr_cpu_rows_balanced, "csr_cpu_rows_balanced_fixed")
+csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4, "csr_cpu_rows_x4_fixed")
+csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4, "csr_cpu_rows_balanced_x4_fixed")
+
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
 # Any decomposition into parts (sp.decompose_format: BSR, ELL buckets, hyb, padding).
 hyb_cpu = parts_cpu
@@ -125,6 +134,10 @@ SCHEDULES = {
     "csr_cpu_rows_tiled": csr_cpu_rows_tiled,
     "csr_cpu_rows_x4": csr_cpu_rows_x4,
     "csr_cpu_rows_balanced_x4": csr_cpu_rows_balanced_x4,
+    "csr_cpu_rows_fixed": csr_cpu_rows_fixed,
+    "csr_cpu_rows_balanced_fixed": csr_cpu_rows_balanced_fixed,
+    "csr_cpu_rows_x4_fixed": csr_cpu_rows_x4_fixed,
+    "csr_cpu_rows_balanced_x4_fixed": csr_cpu_rows_balanced_x4_fixed,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_nnz_split": csr_cuda_nnz_split,
     "hyb_cpu": hyb_cpu,

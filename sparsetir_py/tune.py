@@ -280,16 +280,20 @@ def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> lis
             gain = 0.85 if w >= 64 and mean >= 4 else 1.05
         out.append(Candidate("csr", {}, "csr_cpu_rows_x4", _model_csr(op, s, w, mach, static) * gain))
         out.append(Candidate("csr", {}, "csr_cpu_rows_balanced_x4", _model_csr(op, s, w, mach, dynamic) * gain))
+        # The width compiled in (`fixed_width` schedules): LLVM sizes the feature loop's vectors
+        # and unrolling to it (SpMM plcomm width 128: 2.5x faster). At narrow widths a plain loop of
+        # a constant length is unrolled into scalar code (slow); with four accumulators or rows of
+        # B in flight it stays vectorised.
+        wide = w >= 64
+        plain = 0.7 if wide else 3.0
+        unrolled = 0.8 if wide else 1.0
+        fixed = [("csr_cpu_rows_fixed", static, plain), ("csr_cpu_rows_x4_fixed", static, gain * unrolled),
+                 ("csr_cpu_rows_balanced_x4_fixed", dynamic, gain * unrolled)]  # fmt: skip
+        if op == "spmm":
+            fixed.append(("csr_cpu_rows_balanced_fixed", dynamic, plain))
+        for name, imbalance, factor in fixed:
+            out.append(Candidate("csr", {}, name, _model_csr(op, s, w, mach, imbalance) * factor))
         if op == "sddmm":
-            # The width compiled in (`fixed_width` schedules): LLVM sizes the dot product's vectors
-            # to it. At narrow widths a plain dot of a constant length is unrolled into scalar code
-            # (slow); with four accumulators it stays vectorised.
-            wide = w >= 64
-            fixed_rows = _model_csr(op, s, w, mach, static) * (0.85 if wide else 3.0)
-            out.append(Candidate("csr", {}, "csr_cpu_rows_fixed", fixed_rows))
-            for name, imbalance in (("csr_cpu_rows_x4_fixed", static), ("csr_cpu_rows_balanced_x4_fixed", dynamic)):
-                t = _model_csr(op, s, w, mach, imbalance) * gain * (0.85 if wide else 1.0)
-                out.append(Candidate("csr", {}, name, t))
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
             xrows = s.nnz * w * 4 / mach.gather_bps(s.m * w * 4) / mach.threads
             out.append(Candidate("csr", {}, "csr_cpu_nonzeros", _model_csr(op, s, w, mach, 1.02) + search + xrows))
