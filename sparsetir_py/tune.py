@@ -42,7 +42,7 @@ import scipy.sparse
 from . import ops
 from .errors import InputError
 
-TUNE_FORMAT = 3  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 4  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 _MEMORY: dict[str, TuneResult] = {}
 
