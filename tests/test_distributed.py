@@ -178,14 +178,16 @@ def test_real_graph_equals_scipy_and_ops(client, col_blocks):
     C = sp_distributed.spmm(A, B, client, col_blocks=col_blocks, timeout=TIMEOUT)
     assert C.dtype == np.float32 and C.shape == (A.shape[0], 16)
     np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
-    if col_blocks == 1:  # each row summed in the same order as one process does
-        assert np.array_equal(C, ops.spmm(A, B))
+    # Pieces run CSR with the default schedule: each row summed in the same order as one process
+    # running it (format="auto" may choose a schedule that sums in another order).
+    if col_blocks == 1:
+        assert np.array_equal(C, ops.spmm(A, B, format="csr"))
     S = sp_distributed.sddmm(A, X, B, client, col_blocks=col_blocks, timeout=TIMEOUT)
     assert isinstance(S, sps.csr_matrix)
     assert np.array_equal(S.indptr, A.indptr) and np.array_equal(S.indices, A.indices)
     assert not np.shares_memory(S.indices, A.indices)
     np.testing.assert_allclose(S.data, sddmm_reference(A, X, B), rtol=1e-4, atol=1e-4)
-    assert np.array_equal(S.data, ops.sddmm(A, X, B).data)  # one dot product per entry, any split
+    assert np.array_equal(S.data, ops.sddmm(A, X, B, format="csr").data)  # one dot product per entry, any split
 
 
 def partitioned(seed: int):
@@ -221,10 +223,10 @@ def test_random_matrices_with_empty_row_blocks(client, seed):
     assert C.dtype == A.dtype and C.shape == (A.shape[0], width)
     np.testing.assert_allclose(C, A.toarray().astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
     if col_blocks == 1:
-        assert np.array_equal(C, ops.spmm(A, B))
+        assert np.array_equal(C, ops.spmm(A, B, format="csr"))
     assert np.array_equal(S.indptr, A.indptr) and np.array_equal(S.indices, A.indices)
     np.testing.assert_allclose(S.data, sddmm_reference(A, X, B), rtol=1e-4, atol=1e-4)
-    assert np.array_equal(S.data, ops.sddmm(A, X, B).data)
+    assert np.array_equal(S.data, ops.sddmm(A, X, B, format="csr").data)
 
 
 def test_random_cases_cover_the_edges():
@@ -260,7 +262,7 @@ def test_unsorted_coo_and_mixed_dtypes_as_ops(client):
     A = sps.coo_matrix((np.arange(1, 7), (rows, cols)), shape=(4, 5))
     B = np.arange(10, dtype=np.float64).reshape(5, 2)
     C = sp_distributed.spmm(A, B, client, row_blocks=3, timeout=TIMEOUT)
-    assert np.array_equal(C, ops.spmm(A, B))
+    assert np.array_equal(C, ops.spmm(A, B, format="csr"))
 
 
 def test_gather_false_keeps_results_on_the_cluster(client):
@@ -270,10 +272,10 @@ def test_gather_false_keeps_results_on_the_cluster(client):
         C = dA.spmm(B, gather=False)
         S = dA.sddmm(X, B, gather=False)
         assert C.shape == (A.shape[0], 8) and C.chunks[0] == tuple(np.diff(dA.row_bounds))
-        assert np.array_equal(C.compute(), ops.spmm(A, B))
+        assert np.array_equal(C.compute(), ops.spmm(A, B, format="csr"))
         assert S.shape == A.shape and isinstance(S._meta, sps.csr_matrix)
         got = S.compute()
-        assert isinstance(got, sps.csr_matrix) and (got != ops.sddmm(A, X, B)).nnz == 0
+        assert isinstance(got, sps.csr_matrix) and (got != ops.sddmm(A, X, B, format="csr")).nnz == 0
 
 
 def test_named_and_callable_schedules(client):
@@ -291,10 +293,10 @@ def test_named_and_callable_schedules(client):
         return client.run(lambda: len(sys.modules["sparsetir_py.ops"]._KERNELS))
 
     with sp_distributed.DistributedMatrix(A, client, timeout=TIMEOUT) as dA:
-        assert np.array_equal(dA.spmm(B, schedule=rows_parallel), ops.spmm(A, B))
+        assert np.array_equal(dA.spmm(B, schedule=rows_parallel), ops.spmm(A, B, format="csr"))
         compiled = kernels()
         for _ in range(3):  # each call unpickles the function anew: still the same kernel
-            assert np.array_equal(dA.spmm(B, schedule=rows_parallel), ops.spmm(A, B))
+            assert np.array_equal(dA.spmm(B, schedule=rows_parallel), ops.spmm(A, B, format="csr"))
         assert kernels() == compiled
 
 
@@ -315,7 +317,7 @@ def test_distributed_matrix_is_sent_once_and_reused(client, traffic):
         start = traffic.snapshot()
         C = dA.spmm(B)
         assert traffic.since(start) == (2, B.nbytes)
-        assert np.array_equal(C, ops.spmm(A, B))
+        assert np.array_equal(C, ops.spmm(A, B, format="csr"))
     assert [f.key for f in dA._pieces] == keys
     # A one-shot call, by contrast, sends A every time.
     start = traffic.snapshot()
@@ -357,7 +359,7 @@ def test_dask_array_operands_stay_on_the_cluster(client, traffic):
         H2 = dA.spmm(H1 @ W)
         S = dA.sddmm(H1, da.from_array(X, chunks=(500, 8)), gather=False)
         assert traffic.since(start)[1] == 0  # nothing scattered: every operand was a dask.array
-        expected = ops.spmm(A, B)
+        expected = ops.spmm(A, B, format="csr")
         assert H1.chunks[0] == tuple(np.diff(dA.row_bounds))
         np.testing.assert_allclose(H1.compute(), expected, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(H2, A @ (np.asarray(A @ B) @ W), rtol=1e-4, atol=1e-4)
@@ -488,7 +490,7 @@ def test_killed_worker_mid_call_gives_the_same_bits(client, traffic, tmp_path):
     from the client and its row block resubmitted: the result is exact."""
     A = load_matrix("cora")
     B, _ = operands(A, 16)
-    expected = ops.spmm(A, B)
+    expected = ops.spmm(A, B, format="csr")
     schedule = _holding_schedule(str(tmp_path), "spmm")
     with sp_distributed.DistributedMatrix(A, client, row_blocks=2, timeout=TIMEOUT) as dA:
         keys, placement = [f.key for f in dA._pieces], list(dA.placement)
@@ -512,7 +514,7 @@ def test_killed_worker_with_replicas_is_retried_by_dask(client, traffic, tmp_pat
     lost, Dask moves it again, so their bytes are a lower bound (a loaded machine shows it)."""
     A = load_matrix("cora")
     B, X = operands(A, 16)
-    expected = ops.sddmm(A, X, B)
+    expected = ops.sddmm(A, X, B, format="csr")
     schedule = _holding_schedule(str(tmp_path), "sddmm")
     with sp_distributed.DistributedMatrix(A, client, row_blocks=2, replicas=2, timeout=TIMEOUT) as dA:
         assert all(len(p) == 2 for p in dA.placement)

@@ -82,7 +82,7 @@ def test_markdown_and_json_are_written(tmp_path):
     assert "| g1 | 1000 | 32 | 2 | 0.0766 | 0% | 1 (0.50x) |" in text
     assert "| g2 | 1000 | 32 | WRONG | - | - | 1 |" in text
     assert "- `graphblas`: skipped: not installed (no module `graphblas`)" in text
-    assert "| torch | 0.50x | 1 | >= 1.2x | no |" in text
+    assert "| torch | 0.50x | 1 | >= 1.5x | no | 0.50x (g1, 32) | 1 |" in text
     assert "## Failures" in text and "sparsetir on g2 width 32: wrong: boom" in text
     assert "`python -m bench sddmm`" in text
 
