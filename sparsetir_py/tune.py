@@ -8,15 +8,16 @@ the contract is docs/design.md §3c).
 
 Candidates are (format, parameters, schedule): CSR with rows split statically or handed out in
 dynamic chunks, each also taking four nonzeros at a time (SpMM: one update of C's row for four;
-SDDMM: four dot products in one sweep over X's row; SDDMM also with the width compiled in), SDDMM
-over nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+SDDMM: four dot products in one sweep over X's row), each also compiled for the one width
+(`*_fixed` schedules: the width a constant, so that LLVM sizes the vectors to it), SDDMM over
+nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
 histogram, the spread of columns (how much of B each column partition keeps in cache) and the
 padding each format adds; the best `top` are timed briefly (each after one untimed call that
 converts and compiles), in rounds of one call each so that noise costs them alike, and the fastest
 wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the kernels:
-`$SPARSETIR_CACHE_DIR`), keyed by a fingerprint of A's structure, the width, the target, the
-machine (processor, cores, threads) and this module's version, so a second process does not tune
-again.
+`$SPARSETIR_CACHE_DIR`; or `$SPARSETIR_TUNE_DIR/<key>.json`), keyed by a fingerprint of A's
+structure, the width, the target, the machine (processor, cores, threads) and this module's
+version, so a second process does not tune again.
 
 Problems too small to amortise conversion (fewer than `TIMING_GRAIN` multiply-adds) are not
 timed: the model picks among CSR schedules alone. CUDA candidates are ranked by the model but
@@ -380,6 +381,11 @@ def _key(op: str, csr, w: int, target: str, mach: Machine, dtype) -> str:
 
 
 def _disk_path(key: str) -> Path:
+    """`$SPARSETIR_TUNE_DIR/<key>.json` when set (the test suite points it at a scratch folder, so
+    that choices timed on a loaded machine never reach a user's cache), else `<cache>/tune/`."""
+    explicit = os.environ.get("SPARSETIR_TUNE_DIR")
+    if explicit:
+        return Path(explicit).expanduser() / f"{key}.json"
     from .runtime.cache import cache_dir
 
     return cache_dir() / "tune" / f"{key}.json"

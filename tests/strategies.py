@@ -90,3 +90,29 @@ def edge_matrices() -> dict[str, scipy.sparse.csr_matrix]:
         "9x3_tall_dense": build(np.ones((9, 3))),
         "2x11_last_row_empty": build(np.vstack([np.ones(11), np.zeros(11)]), "int64", "float32"),
     }
+
+
+def with_types(A: scipy.sparse.csr_matrix, idtype, dtype) -> scipy.sparse.csr_matrix:
+    """Canonical CSR `A` with index arrays of `idtype` and values of `dtype` (scipy's constructor
+    alone would narrow int64 indices that fit int32)."""
+    mask = np.zeros(A.shape, dtype=bool)
+    coo = A.tocoo()
+    mask[coo.row, coo.col] = True
+    return make_csr(mask, A.tocsr().sorted_indices().data, idtype, dtype)
+
+
+def rows_of_every_length(f: int, dtype=np.float32, idtype=np.int32) -> scipy.sparse.csr_matrix:
+    """Rows with 0 to 2f + 1 nonzeros: every remainder modulo a split factor `f`, full chunks and
+    none (the schedules that take nonzeros `f` at a time)."""
+    rng = np.random.default_rng(f)
+    n = 3 * f + 5
+    mask = np.zeros((2 * f + 2, n), dtype=bool)
+    for row in range(2 * f + 2):
+        mask[row, rng.choice(n, row, replace=False)] = True
+    return make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), idtype, dtype)
+
+
+def split_matrices(f: int, idtype, dtype) -> list[scipy.sparse.csr_matrix]:
+    """What a schedule splitting rows by `f` is checked on: `rows_of_every_length(f)` and the
+    edge matrices, all with `idtype` indices and `dtype` values."""
+    return [rows_of_every_length(f, dtype, idtype), *(with_types(A, idtype, dtype) for A in edge_matrices().values())]

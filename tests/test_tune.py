@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARSETIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPARSETIR_TUNE_DIR", raising=False)  # results under <cache>/tune/
     monkeypatch.setattr(tune, "_MEMORY", {})
     return tmp_path
 

@@ -95,6 +95,11 @@ class IRModule(Node):
     def items(self):
         return self.functions.items()
 
+    def map_stage3(self, rewrite) -> IRModule:
+        """This module with every Stage III function's body replaced by `rewrite(func)` (a Stage III
+        pass over each function; the others are kept as they are)."""
+        return IRModule(FrozenDict({n: f.replace(body=rewrite(f)) if f.stage == 3 else f for n, f in self.items()}))
+
     def with_function(self, name: str, func: PrimFunc) -> IRModule:
         return IRModule(self.functions.set(name, func))
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
-from ..ir.node import FrozenDict
 from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, LetStmt, SeqStmt, Stmt, While
 from ..ir.visit import children, map_children, substitute, walk
 
@@ -151,11 +150,7 @@ class _Hoister:
 
 def hoist_loop_invariants(mod: PrimFunc | IRModule) -> IRModule:
     """Bind loop-invariant loads of read-only buffers before their loops (Stage III functions)."""
-    mod = IRModule.from_any(mod)
-    out = {}
-    for name, func in mod.items():
-        out[name] = func.replace(body=_Hoister(func).stmt(func.body)) if func.stage == 3 else func
-    return IRModule(FrozenDict(out))
+    return IRModule.from_any(mod).map_stage3(lambda func: _Hoister(func).stmt(func.body))
 
 
 # ------------------------------------------------------------------------ scalar replacement
@@ -318,8 +313,4 @@ class _Promoter:
 
 def promote_accumulators(mod: PrimFunc | IRModule) -> IRModule:
     """Scalar replacement of loop-invariant accumulations (Stage III functions), see `_Promoter`."""
-    mod = IRModule.from_any(mod)
-    out = {}
-    for name, func in mod.items():
-        out[name] = func.replace(body=_Promoter(func).stmt(func.body)) if func.stage == 3 else func
-    return IRModule(FrozenDict(out))
+    return IRModule.from_any(mod).map_stage3(lambda func: _Promoter(func).stmt(func.body))

@@ -22,7 +22,6 @@ from __future__ import annotations
 from ..ir import make as mk
 from ..ir.expr import BinOp, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
-from ..ir.node import FrozenDict
 from ..ir.stmt import Block, For, IfThenElse, Stmt, seq
 from ..ir.visit import map_children, post_order_rewrite, substitute, walk
 from .unroll_loops import fresh_copy
@@ -30,11 +29,7 @@ from .unroll_loops import fresh_copy
 
 def partition_loops(mod: PrimFunc | IRModule) -> IRModule:
     """Split loops of guarded chunks into full chunks and the partial one (module docstring)."""
-    mod = IRModule.from_any(mod)
-    out = {}
-    for name, f in mod.items():
-        out[name] = f.replace(body=_rewrite(f.body)) if f.stage == 3 else f
-    return IRModule(FrozenDict(out))
+    return IRModule.from_any(mod).map_stage3(lambda f: _rewrite(f.body))
 
 
 def _rewrite(s: Stmt) -> Stmt:

@@ -25,7 +25,6 @@ from ..ir import dtype as dt
 from ..ir import make as mk
 from ..ir.expr import BinOp, IntImm, PrimExpr, Var
 from ..ir.func import IRModule
-from ..ir.node import FrozenDict
 from ..ir.stmt import Allocate, Block, For, LetStmt, Stmt, seq
 from ..ir.visit import map_children, post_order_rewrite, substitute, walk
 
@@ -36,11 +35,7 @@ MAX_UNROLL = 16  # copies of one loop; past this the code size costs more than t
 
 def unroll_loops(mod) -> IRModule:
     """Expand the `unrolled` loops of every Stage III function (module docstring)."""
-    mod = IRModule.from_any(mod)
-    out = {}
-    for name, f in mod.items():
-        out[name] = f.replace(body=_rewrite(f.body)) if f.stage == 3 else f
-    return IRModule(FrozenDict(out))
+    return IRModule.from_any(mod).map_stage3(lambda f: _rewrite(f.body))
 
 
 def _rewrite(s: Stmt) -> Stmt:

@@ -13,8 +13,7 @@ import functools
 
 import numpy as np
 import pytest
-import scipy.sparse as sps
-from strategies import edge_matrices
+from strategies import rows_of_every_length, split_matrices
 
 import sparsetir_py as sp
 from schedules.spmm import csr_cpu_rows, csr_cpu_rows_x4
@@ -24,27 +23,12 @@ from sparsetir_py.ir.visit import walk
 from sparsetir_py.transform import partition_loops
 
 
-def rows_of_every_length(f: int, dtype=np.float32, idtype=np.int32) -> sps.csr_matrix:
-    rng = np.random.default_rng(f)
-    n = 3 * f + 5
-    lengths = np.arange(2 * f + 2)
-    rows = np.repeat(np.arange(len(lengths)), lengths)
-    cols = np.concatenate([rng.choice(n, k, replace=False) for k in lengths])
-    A = sps.csr_matrix((rng.uniform(-1, 1, len(rows)), (rows, cols)), shape=(len(lengths), n))
-    A.sort_indices()
-    return sps.csr_matrix((A.data.astype(dtype), A.indices.astype(idtype), A.indptr.astype(idtype)), shape=A.shape)
-
-
 @pytest.mark.parametrize("factor", [4, 8, 16])
 @pytest.mark.parametrize(("idtype", "dtype"), [(np.int32, np.float32), (np.int64, np.float64)])
 def test_chunked_rows_equal_scipy(factor, idtype, dtype):
     schedule = functools.partial(csr_cpu_rows_x4, factor=factor)
-    mats = [rows_of_every_length(factor, dtype, idtype)]
-    for A in edge_matrices().values():
-        mats.append(sps.csr_matrix((A.data.astype(dtype), A.indices.astype(idtype), A.indptr.astype(idtype)),
-                                   shape=A.shape))  # fmt: skip
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    for A in mats:
+    for A in split_matrices(factor, idtype, dtype):
         for width in (1, 5, 16):
             B = np.random.default_rng(width).standard_normal((A.shape[1], width)).astype(dtype)
             np.testing.assert_allclose(sp.ops.spmm(A, B, schedule=schedule), A @ B, rtol=tol, atol=tol)

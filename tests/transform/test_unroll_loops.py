@@ -14,8 +14,7 @@ import functools
 
 import numpy as np
 import pytest
-import scipy.sparse as sps
-from strategies import edge_matrices
+from strategies import rows_of_every_length, split_matrices
 
 import sparsetir_py as sp
 from schedules.sddmm import csr_cpu_rows_x4
@@ -103,25 +102,6 @@ def stage3_x4(factor: int = 4, feat: int | None = None) -> sp.PrimFunc:
     sch = sp.Schedule(sp.lower_sparse_iter(func))
     csr_cpu_rows_x4(sch, factor=factor)
     return compact_buffers(sp.lower_sparse_buffer(sch.mod))["main"]
-
-
-def rows_of_every_length(f: int, dtype=np.float32, idtype=np.int32) -> sps.csr_matrix:
-    """Rows with 0 to 2f + 1 nonzeros: every remainder modulo f, full chunks and none."""
-    rng = np.random.default_rng(f)
-    n = 3 * f + 5
-    lengths = np.arange(2 * f + 2)
-    rows = np.repeat(np.arange(len(lengths)), lengths)
-    cols = np.concatenate([rng.choice(n, k, replace=False) for k in lengths])
-    A = sps.csr_matrix((rng.uniform(-1, 1, len(rows)), (rows, cols)), shape=(len(lengths), n))
-    A.sort_indices()
-    return retyped(A, dtype, idtype)
-
-
-def retyped(A, dtype, idtype) -> sps.csr_matrix:
-    """A with its arrays cast (scipy's constructor would narrow int64 indices that fit int32)."""
-    B = sps.csr_matrix((A.data.astype(dtype), A.indices, A.indptr), shape=A.shape)
-    B.indices, B.indptr = A.indices.astype(idtype), A.indptr.astype(idtype)
-    return B
 
 
 def test_each_dot_product_gets_a_register_and_results_are_unchanged():
@@ -213,11 +193,8 @@ def test_guarded_accumulations_stay_in_memory():
 @pytest.mark.parametrize(("idtype", "dtype"), [(np.int32, np.float32), (np.int64, np.float64)])
 def test_sddmm_x4_kernel_equals_scipy(factor, idtype, dtype):
     schedule = functools.partial(csr_cpu_rows_x4, factor=factor)
-    mats = [rows_of_every_length(factor, dtype, idtype)]
-    for A in edge_matrices().values():
-        mats.append(retyped(A, dtype, idtype))
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    for A in mats:
+    for A in split_matrices(factor, idtype, dtype):
         m, n = A.shape
         for width in (1, 5, 16):
             rng = np.random.default_rng(width)
