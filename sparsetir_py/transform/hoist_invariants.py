@@ -16,11 +16,13 @@ pass binds such loads to local values (`LetStmt`) just before the loop:
 
 from __future__ import annotations
 
+from ..ir import dtype as dt
+from ..ir import make as mk
 from ..ir.buffer import FlatBuffer, SparseBuffer
-from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Select, Var
+from ..ir.expr import BinOp, BufferLoad, FloatImm, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, LetStmt, SeqStmt, Stmt, While
-from ..ir.visit import children, map_children, substitute, walk
+from ..ir.visit import children, map_children, post_order_rewrite, substitute, walk
 
 
 def _bound_in(stmt: Stmt) -> tuple[set[Var], dict[Var, PrimExpr]]:
@@ -189,6 +191,20 @@ def _differ(a: PrimExpr, b: PrimExpr) -> bool:
     return True
 
 
+def _factors(e: PrimExpr) -> list[PrimExpr]:
+    """The factors of a product `a * b * ...` (`e` itself when it is not one)."""
+    if isinstance(e, BinOp) and e.op == "*":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _product(factors: list[PrimExpr]) -> PrimExpr:
+    out = factors[0]
+    for f in factors[1:]:
+        out = BinOp("*", out, f)
+    return out
+
+
 def _accesses(node, buf) -> list:
     return [n for n in walk(node) if isinstance(n, BufferLoad | BufferStore | AtomicAdd) and n.buffer is buf]
 
@@ -298,10 +314,59 @@ class _Promoter:
 
         loads = tuple(BufferStore(reg, (zero,), BufferLoad(buf, (at,))) for (buf, at), reg in registers.items())
         stores = tuple(BufferStore(buf, (at,), BufferLoad(reg, (zero,))) for (buf, at), reg in registers.items())
-        result: Stmt = SeqStmt((*loads, redirect(f), *stores))
-        for reg in reversed(registers.values()):
+        loop, sums, begin, end = redirect(f), [], [], []
+        for reg in registers.values():
+            factored = self.factor_out(loop, reg)
+            if factored is not None:
+                loop, partial, (first, last) = factored
+                sums.append(partial)
+                begin.append(first)
+                end.append(last)
+        result: Stmt = SeqStmt((*loads, *begin, loop, *end, *stores))
+        for reg in reversed([*registers.values(), *sums]):
             result = Allocate(reg, result)
         return result
+
+    def factor_out(self, loop: For, reg: FlatBuffer):
+        """`acc = acc + a * e` in `loop` with `a` the same on every iteration becomes
+        `s = s + e` and, after the loop, `acc = acc + a * s`: one multiplication per loop instead
+        of one per iteration (SDDMM: A's value out of the dot product). Only where the register's
+        one update in the loop has that form; `a` is read after the loop only if the loop ran
+        (`extent > 0`), so nothing is read that the loop would not have read. Returns (the new
+        loop, the partial-sum register, (its init, the update after the loop)) or None."""
+        if isinstance(loop.extent, IntImm) and loop.extent.value < 64:
+            # LLVM unrolls a short constant loop completely and schedules the products itself; the
+            # split-off sum measured slower there (4elt, SDDMM x4 at a fixed width 32: 0.154 ms ->
+            # 0.220 ms), and faster on long loops (width 512: 2.86 -> 2.40 ms).
+            return None
+        updates = [n for n in walk(loop.body) if isinstance(n, BufferStore) and n.buffer is reg]
+        reads = [n for n in walk(loop.body) if isinstance(n, BufferLoad) and n.buffer is reg]
+        if len(updates) != 1 or len(reads) != 1 or not dt.is_float(reg.dtype):
+            return None
+        update = updates[0]
+        value = update.value
+        if not (isinstance(value, BinOp) and value.op == "+" and value.a == reads[0]):
+            return None
+        inner, aliases = _bound_in(loop.body)
+        inner.add(loop.loop_var)
+        written = {n.buffer for n in walk(loop.body) if isinstance(n, BufferStore | AtomicAdd)}
+        invariant, rest = [], []
+        for factor in _factors(value.b):
+            resolved = _resolve(factor, aliases)
+            loads_written = any(isinstance(n, BufferLoad) and n.buffer in written for n in walk(resolved))
+            (rest if _varies(resolved, inner) or loads_written else invariant).append((factor, resolved))
+        if not invariant or not rest:
+            return None
+        partial = FlatBuffer(f"{reg.name}_sum", (IntImm(1),), reg.dtype, scope="local")
+        zero = IntImm(0)
+        summed = BufferLoad(partial, (zero,))
+        new_update = BufferStore(partial, (zero,), BinOp("+", summed, _product([f for f, _ in rest])))
+        body = post_order_rewrite(loop.body, lambda n: new_update if n == update else n)
+        init = BufferStore(partial, (zero,), FloatImm(0.0, reg.dtype))
+        scaled = BinOp("*", _product([r for _, r in invariant]), summed)
+        after = BufferStore(reg, (zero,), BinOp("+", BufferLoad(reg, (zero,)), scaled))
+        ran = mk.cmp(">", loop.extent, IntImm(0, loop.extent.dtype))
+        return loop.replace(body=body), partial, (init, IfThenElse(ran, after))
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, For):

@@ -67,6 +67,37 @@ def test_accumulation_goes_through_a_register():
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6, atol=1e-6)
 
 
+def test_an_invariant_factor_leaves_the_loop():
+    """SDDMM with the init out of the loop (`csr_cpu_rows`): `acc = acc + A[p] * X * Y` becomes
+    `s = s + X * Y` in the loop and `acc = acc + A[p] * s` after it, when the loop ran."""
+    from schedules.sddmm import csr_cpu_rows
+
+    sch = sp.Schedule(sp.lower_sparse_iter(sddmm_script()))
+    csr_cpu_rows(sch)
+    f = sp.lower_sparse_buffer(sch.mod)["main"]
+    g = promote_accumulators(f)["main"]
+    sp.verify(g)
+    names = sorted(n.buffer.name for n in walk(g.body) if isinstance(n, ir.Allocate))
+    assert names == ["C_acc0", "C_acc0_sum"]
+    k_loop = next(n for n in walk(g.body) if isinstance(n, ir.For) and n.loop_var.name == "k")
+    assert not any(isinstance(n, ir.BufferLoad) and n.buffer.name == "A" for n in walk(k_loop))
+    after = [n for n in walk(g.body) if isinstance(n, ir.IfThenElse) and "feat" in str(n.condition)]
+    assert any(isinstance(m, ir.BufferLoad) and m.buffer.name == "A" for n in after for m in walk(n))
+    A = matrix()
+    rng = np.random.default_rng(1)
+    for feat in (5, 1, 0):
+        X = rng.standard_normal((17, feat)).astype(np.float32)
+        Y = rng.standard_normal((13, feat)).astype(np.float32)
+        outs = []
+        for h in (f, g):
+            out = np.full(A.nnz, np.nan, np.float32)
+            sp.interpret(h, a=A.data, x=X, y=Y, c=out, indptr=A.indptr, indices=A.indices, m=17, n=13, feat=feat,
+                         nnz=A.nnz)  # fmt: skip
+            outs.append(out)
+        np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(outs[1], A.multiply(X @ Y.T).tocsr().data, rtol=1e-5, atol=1e-5)
+
+
 def test_no_promotion_when_the_element_changes_in_the_loop():
     """SpMM: C's element depends on k, so the accumulation stays in memory."""
     f = stage3(spmm_script())
