@@ -97,6 +97,11 @@ def test_merge_rounds_keeps_the_fastest_and_wrong_sticks():
     error = result("torch", "g", 32, 0, status="error")
     assert merge_rounds(merged, error)["median_s"] == 1.0
     assert merge_rounds(merge_rounds(None, error), a)["status"] == "ok"
+    # The first round tuned (3 s), the faster second found the choice cached: the report keeps 3 s.
+    first = {**result("sparsetir", "g", 32, 2.0), "tune_s": 3.0, "chosen": "csr / csr_cpu_rows"}
+    second = {**result("sparsetir", "g", 32, 1.0), "tune_s": 0.0, "chosen": "csr / csr_cpu_rows"}
+    merged = merge_rounds(merge_rounds(None, first), second)
+    assert merged["median_s"] == 1.0 and merged["tune_s"] == 3.0
 
 
 def test_plan_skips_missing_and_unsupported_baselines(monkeypatch):
