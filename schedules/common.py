@@ -11,16 +11,17 @@ from sparsetir_py.ir.visit import walk
 from sparsetir_py.schedule import LoopRV, Schedule
 
 
-def fixed_width(schedule, name: str):
+def fixed_width(schedule):
     """`schedule` for kernels compiled for one feature width: marked `fixed_width`, so that
     `sp.ops` specialises `feat` (one kernel per width) and LLVM sizes the feature loop's vectors
-    and unrolling to it. A plain loop of a constant 32 is unrolled into scalar code (slow); loops
-    that keep several accumulators or rows of B in flight (`*_x4`) stay vectorised."""
+    and unrolling to it; named after it with `_fixed`. A plain loop of a constant 32 is unrolled
+    into scalar code (slow); loops that keep several accumulators or rows of B in flight (`*_x4`)
+    stay vectorised."""
 
     def fixed(sch: Schedule) -> None:
         schedule(sch)
 
-    fixed.__name__ = fixed.__qualname__ = name
+    fixed.__name__ = fixed.__qualname__ = f"{schedule.__name__}_fixed"
     fixed.__doc__ = f"`{schedule.__name__}` compiled for one feature width (`fixed_width`)."
     fixed.fixed_width = True
     return fixed

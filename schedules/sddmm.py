@@ -80,9 +80,10 @@ def csr_cpu_rows_balanced_x4(sch: Schedule) -> None:
 # bcsstk13 x4 0.153 / 0.320 / 1.086 -> fixed 0.121 / 0.259 / 1.050; polblogs rows
 # 0.117 / 0.181 / 0.490 -> fixed 0.320 / 0.157 / 0.330 (a plain dot of a constant 32 is unrolled
 # into scalar code: slow), x4 fixed 0.113 / 0.156 / 0.403. `sp.tune` times them against the rest.
-csr_cpu_rows_fixed = fixed_width(csr_cpu_rows, "csr_cpu_rows_fixed")
-csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4, "csr_cpu_rows_x4_fixed")
-csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4, "csr_cpu_rows_balanced_x4_fixed")
+csr_cpu_rows_fixed = fixed_width(csr_cpu_rows)
+csr_cpu_rows_balanced_fixed = fixed_width(csr_cpu_rows_balanced)
+csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4)
+csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4)
 
 
 def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
@@ -171,6 +172,7 @@ SCHEDULES = {
     "csr_cpu_rows_x4": csr_cpu_rows_x4,
     "csr_cpu_rows_balanced_x4": csr_cpu_rows_balanced_x4,
     "csr_cpu_rows_fixed": csr_cpu_rows_fixed,
+    "csr_cpu_rows_balanced_fixed": csr_cpu_rows_balanced_fixed,
     "csr_cpu_rows_x4_fixed": csr_cpu_rows_x4_fixed,
     "csr_cpu_rows_balanced_x4_fixed": csr_cpu_rows_balanced_x4_fixed,
     "csr_cpu_nonzeros": csr_cpu_nonzeros,

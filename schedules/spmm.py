@@ -118,10 +118,10 @@ csr_cuda_nnz_split.stage1 = _fuse_rows_and_nonzeros
 # 60k-row power-law graph with communities, not shipped) width 32 / 128 / 512: rows
 # 2.11 / 21.9 / 84.5 -> fixed 11.8 / 8.6 / 55.9; x4 3.05 / 15.4 / 60.0 -> fixed 1.80 / 9.19 / 47.4.
 # `sp.tune` times them against the rest.
-csr_cpu_rows_fixed = fixed_width(csr_cpu_rows, "csr_cpu_rows_fixed")
-csr_cpu_rows_balanced_fixed = fixed_width(csr_cpu_rows_balanced, "csr_cpu_rows_balanced_fixed")
-csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4, "csr_cpu_rows_x4_fixed")
-csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4, "csr_cpu_rows_balanced_x4_fixed")
+csr_cpu_rows_fixed = fixed_width(csr_cpu_rows)
+csr_cpu_rows_balanced_fixed = fixed_width(csr_cpu_rows_balanced)
+csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4)
+csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4)
 
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
 # Any decomposition into parts (sp.decompose_format: BSR, ELL buckets, hyb, padding).

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import html
+import itertools
 import json
 import math
 import os
@@ -43,7 +44,7 @@ import scipy.sparse
 from . import ops
 from .errors import InputError
 
-TUNE_FORMAT = 4  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 5  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 _MEMORY: dict[str, TuneResult] = {}
 
@@ -268,8 +269,6 @@ def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> lis
     cpu = target == "cpu"
     if cpu:
         static, dynamic = s.static_imbalance(mach.threads), s.dynamic_imbalance(mach.threads)
-        out.append(Candidate("csr", {}, "csr_cpu_rows", _model_csr(op, s, w, mach, static)))
-        out.append(Candidate("csr", {}, "csr_cpu_rows_balanced", _model_csr(op, s, w, mach, dynamic)))
         mean = s.nnz / max(s.m, 1)
         if op == "spmm":
             # Four nonzeros per update of C's row: fewer loads and stores of C, more independent
@@ -279,22 +278,20 @@ def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> lis
             # Four dot products per sweep over X's row (one load of X for four nonzeros): pays
             # where the sweep is long and rows hold full chunks.
             gain = 0.85 if w >= 64 and mean >= 4 else 1.05
-        out.append(Candidate("csr", {}, "csr_cpu_rows_x4", _model_csr(op, s, w, mach, static) * gain))
-        out.append(Candidate("csr", {}, "csr_cpu_rows_balanced_x4", _model_csr(op, s, w, mach, dynamic) * gain))
         # The width compiled in (`fixed_width` schedules): LLVM sizes the feature loop's vectors
         # and unrolling to it (SpMM plcomm width 128: 2.5x faster). At narrow widths a plain loop of
         # a constant length is unrolled into scalar code (slow); with four accumulators or rows of
-        # B in flight it stays vectorised.
+        # B in flight it stays vectorised. SpMM at width 32, x4 fixed vs x4 (ms): wiki-Vote 0.183
+        # vs 0.236, 4elt 0.162 vs 0.186, pubmed and citeseer even; SDDMM: even or slower.
         wide = w >= 64
         plain = 0.7 if wide else 3.0
-        # SpMM at width 32, x4 fixed vs x4 (ms): wiki-Vote 0.183 vs 0.236, 4elt 0.162 vs 0.186,
-        # pubmed and citeseer even; SDDMM: even or slower.
         unrolled = 0.8 if wide else (0.85 if op == "spmm" else 1.0)
-        fixed = [("csr_cpu_rows_fixed", static, plain), ("csr_cpu_rows_x4_fixed", static, gain * unrolled),
-                 ("csr_cpu_rows_balanced_x4_fixed", dynamic, gain * unrolled)]  # fmt: skip
-        if op == "spmm":
-            fixed.append(("csr_cpu_rows_balanced_fixed", dynamic, plain))
-        for name, imbalance, factor in fixed:
+        # Every CSR schedule `csr_cpu_rows[_balanced][_x4][_fixed]`: rows split statically or in
+        # dynamic chunks, one or four nonzeros at a time, the width a run-time value or compiled in.
+        splits = (("", static), ("_balanced", dynamic))
+        for (split, imbalance), x4, fixed in itertools.product(splits, (False, True), (False, True)):
+            name = "csr_cpu_rows" + split + ("_x4" if x4 else "") + ("_fixed" if fixed else "")
+            factor = (gain if x4 else 1.0) * ((unrolled if x4 else plain) if fixed else 1.0)
             out.append(Candidate("csr", {}, name, _model_csr(op, s, w, mach, imbalance) * factor))
         if op == "sddmm":
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
