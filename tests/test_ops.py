@@ -108,13 +108,13 @@ def test_small_calls_run_on_one_thread_with_the_same_result(grain, monkeypatch):
 
     monkeypatch.setattr(ops, "PARALLEL_GRAIN", grain)
     seen = []
-    original = sp.runtime.kernel.CPUKernel.__call__
+    original = sp.runtime.kernel._run_numba
 
-    def spy(self, *args, **kwargs):
-        seen.append(kwargs.get("threads"))
-        return original(self, *args, **kwargs)
+    def spy(fn, values, threads):
+        seen.append(threads)
+        return original(fn, values, threads)
 
-    monkeypatch.setattr(sp.runtime.kernel.CPUKernel, "__call__", spy)
+    monkeypatch.setattr(sp.runtime.kernel, "_run_numba", spy)
     A = load_matrix("cora")
     rng = np.random.default_rng(3)
     B = rng.standard_normal((A.shape[1], 8)).astype(np.float32)
@@ -142,3 +142,61 @@ def test_kernel_threads_argument():
     for bad in (0, -2, True, 1.5):
         with pytest.raises(sp.InputError, match="`threads` must be a positive integer"):
             kernel(**args, threads=bad)
+
+
+def _slow_path_calls(monkeypatch) -> list:
+    """A list that grows by one for every call that takes the full checking path (`_as_csr`)."""
+    calls = []
+    original = ops._as_csr
+    monkeypatch.setattr(ops, "_as_csr", lambda *a, **k: calls.append(1) or original(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("format", ["auto", "csr"])
+def test_repeated_calls_skip_the_checks_and_still_see_every_change(format, monkeypatch):
+    """A second call with A's arrays and operands of the same dtypes and shapes runs the kernel
+    after O(1) checks (no `_as_csr`); new values of A or the operands give the new answer; a change
+    the O(1) checks cannot trust (A.data of another length or dtype, a new indptr, a
+    non-contiguous operand, another width) goes through the full path again."""
+    A = load_matrix("citeseer").astype(np.float32)
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((A.shape[0], 16)).astype(np.float32)
+    Y = rng.standard_normal((A.shape[1], 16)).astype(np.float32)
+    ops.sddmm(A, X, Y, format=format), ops.spmm(A, Y, format=format)
+    slow = _slow_path_calls(monkeypatch)
+    for _ in range(2):
+        S = ops.sddmm(A, X, Y, format=format)
+        np.testing.assert_allclose(S.data, sddmm_reference(A, X, Y), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(ops.spmm(A, Y, format=format), A @ Y, rtol=1e-4, atol=1e-4)
+    assert slow == []
+    assert not np.shares_memory(S.indices, A.indices) and not np.shares_memory(S.indptr, A.indptr)
+    A.data = rng.standard_normal(A.nnz).astype(np.float32)  # new values, same layout: still fast
+    X[:] = rng.standard_normal(X.shape)
+    np.testing.assert_allclose(ops.sddmm(A, X, Y, format=format).data, sddmm_reference(A, X, Y), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ops.spmm(A, Y, format=format), A @ Y, rtol=1e-4, atol=1e-4)
+    assert slow == []
+    A.data = A.data.astype(np.float64)  # another dtype: another key, the full path
+    S = ops.sddmm(A, X, Y, format=format)
+    assert S.dtype == np.float64 and slow
+    np.testing.assert_allclose(S.data, sddmm_reference(A, X, Y), rtol=1e-6)
+    slow.clear()
+    F = np.asfortranarray(Y)  # same dtype and shape, another layout
+    np.testing.assert_allclose(ops.spmm(A, F, format=format), A @ Y, rtol=1e-6)
+    assert slow
+    with pytest.raises(sp.InputError, match="`threads` must be a positive integer"):
+        ops.spmm(A, Y, format=format, threads=[1])
+    A.data = A.data[: A.nnz - 1]  # fewer values than the structure holds: refused, not read past
+    with pytest.raises(sp.InputError, match="entries"):
+        ops.sddmm(A, X, Y, format=format)
+
+
+def test_repeated_calls_follow_a_new_structure():
+    """Replacing A's indptr/indices (same shape and nnz) is seen: the remembered call is keyed on
+    the arrays' identity and holds them weakly."""
+    A = sps.random(40, 30, density=0.2, format="csr", dtype=np.float32, random_state=2)
+    B = np.random.default_rng(0).standard_normal((30, 8)).astype(np.float32)
+    np.testing.assert_allclose(ops.spmm(A, B, format="csr"), A @ B, rtol=1e-5, atol=1e-5)
+    A2 = sps.random(40, 30, density=0.2, format="csr", dtype=np.float32, random_state=3)
+    assert A2.nnz == A.nnz
+    A.indptr, A.indices = A2.indptr, A2.indices
+    np.testing.assert_allclose(ops.spmm(A, B, format="csr"), A.toarray() @ B, rtol=1e-5, atol=1e-5)

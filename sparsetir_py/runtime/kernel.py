@@ -139,19 +139,19 @@ class CPUKernel(Kernel):
         70 us per call with `OMP_WAIT_POLICY=passive`)."""
         kwargs = self._drop_specialized(kwargs)
         values = self._values(args, kwargs, check_structure)
-        if threads is None:
-            self._fn(*values)
-            return
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise InputError(f"`threads` must be a positive integer, got {threads!r}")
-        import numba
+        _run_numba(self._fn, values, threads)
 
-        current = numba.get_num_threads()
-        numba.set_num_threads(min(threads, current))
-        try:
-            self._fn(*values)
-        finally:
-            numba.set_num_threads(current)
+    def runner(self, check_structure: bool = True, threads: int | None = None, **kwargs: Any) -> Callable[[dict], None]:
+        """A function that runs the kernel on a dict of arrays with the signature of `kwargs`'s
+        (the same dtypes, shapes and layouts; the scalars stay `kwargs`'s), skipping every check:
+        for callers that have checked such arguments once and check the rest themselves (`sp.ops`
+        on repeated calls). `kwargs` is checked here as by a call."""
+        bound = bind_arguments(self.func, (), self._drop_specialized(kwargs), check_structure=check_structure)
+        plan = self._plan(bound)
+        fn = self._fn
+        return lambda arrays: _run_numba(fn, [step(arrays) for step in plan], threads)
 
     def _values(self, args: tuple, kwargs: dict, check_structure: bool) -> list:
         """The generated function's arguments. Without the structure check, a call whose arrays
@@ -191,6 +191,21 @@ class CPUKernel(Kernel):
 
 
 _MAX_PLANS = 32
+
+
+def _run_numba(fn: Any, values: list, threads: int | None) -> None:
+    """`fn(*values)` with Numba's threads capped at `threads` for the call (None: as set)."""
+    if threads is None:
+        fn(*values)
+        return
+    import numba
+
+    current = numba.get_num_threads()
+    numba.set_num_threads(min(threads, current))
+    try:
+        fn(*values)
+    finally:
+        numba.set_num_threads(current)
 
 
 def _signature(kwargs: dict) -> tuple | None:
