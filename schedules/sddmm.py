@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from sparsetir_py.schedule import Schedule
 
-from .common import bind_row_search, fixed_width, fuse_rows_and_nonzeros, parts_cpu, parts_cuda
+from .common import (
+    bind_row_search,
+    fixed_width,
+    fuse_rows_and_nonzeros,
+    parts_cpu,
+    parts_cuda,
+    split_rows_by_nonzeros,
+)
 
 
 def csr_cpu_rows(sch: Schedule) -> None:
@@ -28,6 +35,12 @@ def csr_cpu_rows_balanced(sch: Schedule, chunk: int = 64) -> None:
     csr_cpu_rows(sch)
     (i,) = sch.get_loops(sch.get_block("sddmm0"))
     sch.annotate(i, "chunk_size", chunk)
+
+
+def csr_cpu_rows_split(sch: Schedule) -> None:
+    """Rows in parallel, split statically into one range of equal nonzeros per thread."""
+    csr_cpu_rows(sch)
+    split_rows_by_nonzeros(sch, "sddmm0")
 
 
 def csr_cpu_rows_dot8(sch: Schedule) -> None:
@@ -75,6 +88,12 @@ def csr_cpu_rows_balanced_x4(sch: Schedule) -> None:
     csr_cpu_rows_x4(sch, chunk=64)
 
 
+def csr_cpu_rows_split_x4(sch: Schedule) -> None:
+    """`csr_cpu_rows_x4` with rows split statically into one range of equal nonzeros per thread."""
+    csr_cpu_rows_x4(sch)
+    split_rows_by_nonzeros(sch, "sddmm0")
+
+
 # The width as a constant (`fixed_width`): LLVM then sizes the feature loop's vectors and
 # unrolling to it. Measured (2 threads, one process, kernel calls; width 32 / 128 / 512, ms):
 # bcsstk13 x4 0.153 / 0.320 / 1.086 -> fixed 0.121 / 0.259 / 1.050; polblogs rows
@@ -84,6 +103,8 @@ csr_cpu_rows_fixed = fixed_width(csr_cpu_rows)
 csr_cpu_rows_balanced_fixed = fixed_width(csr_cpu_rows_balanced)
 csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4)
 csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4)
+csr_cpu_rows_split_fixed = fixed_width(csr_cpu_rows_split)
+csr_cpu_rows_split_x4_fixed = fixed_width(csr_cpu_rows_split_x4)
 
 
 def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
@@ -175,6 +196,10 @@ SCHEDULES = {
     "csr_cpu_rows_balanced_fixed": csr_cpu_rows_balanced_fixed,
     "csr_cpu_rows_x4_fixed": csr_cpu_rows_x4_fixed,
     "csr_cpu_rows_balanced_x4_fixed": csr_cpu_rows_balanced_x4_fixed,
+    "csr_cpu_rows_split": csr_cpu_rows_split,
+    "csr_cpu_rows_split_x4": csr_cpu_rows_split_x4,
+    "csr_cpu_rows_split_fixed": csr_cpu_rows_split_fixed,
+    "csr_cpu_rows_split_x4_fixed": csr_cpu_rows_split_x4_fixed,
     "csr_cpu_nonzeros": csr_cpu_nonzeros,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_fused_warp": csr_cuda_fused_warp,

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from sparsetir_py.schedule import Schedule
 
-from .common import bind_row_search, fixed_width, fuse_rows_and_nonzeros, parts_cpu, parts_cuda
+from .common import (
+    bind_row_search,
+    fixed_width,
+    fuse_rows_and_nonzeros,
+    parts_cpu,
+    parts_cuda,
+    split_rows_by_nonzeros,
+)
 
 
 def csr_cpu_rows(sch: Schedule) -> None:
@@ -35,6 +42,12 @@ def csr_cpu_rows_balanced(sch: Schedule, chunk: int = 64) -> None:
     csr_cpu_rows(sch)
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
     sch.annotate(i, "chunk_size", chunk)
+
+
+def csr_cpu_rows_split(sch: Schedule) -> None:
+    """`csr_cpu_rows` with rows split statically into one range of equal nonzeros per thread."""
+    csr_cpu_rows(sch)
+    split_rows_by_nonzeros(sch, "csrmm0")
 
 
 def csr_cpu_rows_x4(sch: Schedule, factor: int = 4, chunk: int | None = None) -> None:
@@ -64,6 +77,12 @@ def csr_cpu_rows_x4(sch: Schedule, factor: int = 4, chunk: int | None = None) ->
 def csr_cpu_rows_balanced_x4(sch: Schedule) -> None:
     """`csr_cpu_rows_x4` with rows handed out dynamically in chunks of 64."""
     csr_cpu_rows_x4(sch, chunk=64)
+
+
+def csr_cpu_rows_split_x4(sch: Schedule) -> None:
+    """`csr_cpu_rows_x4` with rows split statically into one range of equal nonzeros per thread."""
+    csr_cpu_rows_x4(sch)
+    split_rows_by_nonzeros(sch, "csrmm0")
 
 
 def csr_cpu_rows_tiled(sch: Schedule, tile: int = 8) -> None:
@@ -122,6 +141,8 @@ csr_cpu_rows_fixed = fixed_width(csr_cpu_rows)
 csr_cpu_rows_balanced_fixed = fixed_width(csr_cpu_rows_balanced)
 csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4)
 csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4)
+csr_cpu_rows_split_fixed = fixed_width(csr_cpu_rows_split)
+csr_cpu_rows_split_x4_fixed = fixed_width(csr_cpu_rows_split_x4)
 
 DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
 # Any decomposition into parts (sp.decompose_format: BSR, ELL buckets, hyb, padding).
@@ -138,6 +159,10 @@ SCHEDULES = {
     "csr_cpu_rows_balanced_fixed": csr_cpu_rows_balanced_fixed,
     "csr_cpu_rows_x4_fixed": csr_cpu_rows_x4_fixed,
     "csr_cpu_rows_balanced_x4_fixed": csr_cpu_rows_balanced_x4_fixed,
+    "csr_cpu_rows_split": csr_cpu_rows_split,
+    "csr_cpu_rows_split_x4": csr_cpu_rows_split_x4,
+    "csr_cpu_rows_split_fixed": csr_cpu_rows_split_fixed,
+    "csr_cpu_rows_split_x4_fixed": csr_cpu_rows_split_x4_fixed,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_nnz_split": csr_cuda_nnz_split,
     "hyb_cpu": hyb_cpu,

@@ -62,6 +62,7 @@ IMPORTS = {
     "np": "import numpy as np",
     "cuda": "from numba import cuda",
     "atomic_add": "from sparsetir_py.runtime.cpu_intrinsics import atomic_add",
+    "split_bound": "from sparsetir_py.runtime.cpu_intrinsics import split_bound",
     "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
     "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }

@@ -35,11 +35,13 @@ from typing import Any, ClassVar
 from ..errors import CodegenError
 from ..ir import dtype as dt
 from ..ir.buffer import FlatBuffer
+from ..ir.expr import IntImm
 from ..ir.stmt import AtomicAdd, For
 from ..ir.visit import walk
 from .base import BLOCK_TAGS, THREAD_TAGS, Intrin, Renderer
 
 DEFAULT_FASTMATH = ("contract", "reassoc")
+SPLIT_PARTS = 128  # ranges of a `split_by` loop: every thread gets the same number up to 128 threads
 FASTMATH_FLAGS = ("afn", "arcp", "contract", "fast", "ninf", "nnan", "nsz", "reassoc")
 
 
@@ -57,7 +59,11 @@ class CPURenderer(Renderer):
     def stmt_for(self, s: For) -> None:
         """A parallel loop annotated `chunk_size` hands out its iterations in chunks of that size
         (Numba's `set_parallel_chunksize`): threads that finish early take more chunks, which
-        balances rows of very different lengths (power-law graphs)."""
+        balances rows of very different lengths (power-law graphs). One annotated `split_by`
+        gives each thread one contiguous range of iterations, of equal weight (`split_loop`)."""
+        if s.kind == "parallel" and "split_by" in s.annotations:
+            self.split_loop(s)
+            return
         chunk = s.annotations.get("chunk_size") if s.kind == "parallel" else None
         if chunk is None:
             super().stmt_for(s)
@@ -69,6 +75,42 @@ class CPURenderer(Renderer):
         super().stmt_for(s)
         self.line(f"numba.set_parallel_chunksize({saved})")
 
+    def split_loop(self, s: For) -> None:
+        """`for i in prange(n)` annotated `split_by="J_indptr"`: `SPLIT_PARTS` contiguous ranges of
+        iterations of equal weight, iteration `i` weighing `J_indptr[i + 1] - J_indptr[i] + 1` (a
+        row's nonzeros plus the row), each found by binary search (`split_bound`). Numba hands a
+        `prange` to its threads in equal contiguous blocks, so every thread runs one contiguous
+        range of rows of equal weight (within 1/`SPLIT_PARTS` when the parts do not divide
+        evenly): the static split by nonzeros of torch's and MKL's CSR kernels. Each thread then
+        streams one long range of rows (the hardware prefetcher keeps up), where dynamic chunks
+        interleave the threads' rows. (A count of parts per thread would need
+        `numba.get_num_threads()` in the kernel, which keeps Numba from caching it.)
+
+            for i_part in numba.prange(128):
+                for i in range(split_bound(J_indptr, m, i_part, 128),
+                               split_bound(J_indptr, m, i_part + 1, 128)):
+        """
+        name = s.annotations["split_by"]
+        var = self.names.get(s.loop_var, s.loop_var.name)
+        if "chunk_size" in s.annotations:
+            raise CodegenError(f"in `build`: loop `{s.loop_var.name}` has both chunk_size and split_by")
+        if not (isinstance(s.min, IntImm) and s.min.value == 0):
+            raise CodegenError(f"in `build`: split_by needs loop `{s.loop_var.name}` to start at 0")
+        offsets = next((b for b in self.func.buffer_map.values() if b.name == name and len(b.shape) == 1), None)
+        if offsets is None:
+            raise CodegenError(
+                f"in `build`: split_by of loop `{s.loop_var.name}` names {name!r}, not a 1-D buffer of the function"
+            )
+        self.use("numba", "split_bound")
+        part, parts = f"{var}_part", SPLIT_PARTS
+        buf, n = self.access_name(offsets), self.expr(s.extent)
+        self.line(f"for {part} in numba.prange({parts}):  # ranges of equal weight, in equal blocks per thread")
+        with self.indented():
+            lo = f"split_bound({buf}, {n}, {part}, {parts})"
+            hi = f"split_bound({buf}, {n}, {part} + 1, {parts})"
+            self.line(f"for {var} in range({lo}, {hi}):")
+            self.loop_body(s)
+
     def offset(self, e) -> str:
         """Flat offsets are indexed as unsigned integers.
 
@@ -76,8 +118,6 @@ class CPURenderer(Renderer):
         LLVM from vectorising a loop over `C[i * feat + k]` (measured 3-4x on SpMM). Offsets here
         are never negative, so `np.uint64(...)` drops the wraparound and nothing else.
         """
-        from ..ir.expr import IntImm
-
         if isinstance(e, IntImm) and e.value >= 0:
             return str(e.value)
         self.use("np")

@@ -3,10 +3,16 @@
 `atomic_add(array, index, value)` adds `value` to `array[index]` with LLVM's `atomicrmw`
 (monotonic ordering: atomic, no fence), so concurrent `prange` iterations may add to the same
 element. Integer and float arrays (LLVM >= 9 has `fadd`); no bounds check.
+
+`split_bound(offsets, n, part, parts)` is where part `part` of `parts` starts when iterations
+`0..n` are split into contiguous ranges of equal weight, iteration `i` weighing
+`offsets[i + 1] - offsets[i] + 1` (a loop annotated `split_by`).
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -31,3 +37,22 @@ def atomic_add(typingctx, array, index, value):
         return context.get_dummy_value()
 
     return types.void(array, index, value), codegen
+
+
+@numba.njit(cache=True)
+def split_bound(offsets, n, part, parts):
+    """The first iteration of part `part` (0 <= part <= parts): the least `i` in [0, n] whose
+    preceding iterations weigh at least `part / parts` of the total (`parts` itself gives `n`).
+    A binary search over `offsets[i] - offsets[0] + i`, which grows with `i`."""
+    if part >= parts:
+        return n
+    base = np.int64(offsets[0])
+    goal = (np.int64(offsets[n]) - base + n) * part // parts
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if np.int64(offsets[mid]) - base + mid < goal:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

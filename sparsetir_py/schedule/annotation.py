@@ -6,6 +6,11 @@ loop) that later passes and code generation read. Two keys have a meaning here:
 `"chunk_size"` on a loop (a positive int) is read by the CPU code generator: a parallel loop
 hands out its iterations in chunks of that size.
 
+`"split_by"` on a loop (the name of a 1-D buffer of the function, e.g. CSR's `"J_indptr"`) is read
+by the CPU code generator too: a parallel loop gives each thread one contiguous range of its
+iterations, of equal weight, iteration `i` weighing `buf[i + 1] - buf[i] + 1` (a row's nonzeros
+plus the row itself): the static split by nonzeros of torch's and MKL's CSR kernels.
+
 `"atomic"` on a block (value True) says that several threads may update the block's output at
 once. `annotate` rewrites the block's update `C[...] = C[...] + e` into `T.atomic_add(C[...], e)`
 right away, so the IR says what the kernel does (and the interpreter runs it); afterwards
@@ -29,6 +34,7 @@ from ..transform.region import annotate_regions
 from .state import find_block, find_loop, replace_block, replace_loop
 
 ANNOTATION_VALUES = (str, int, float, bool)
+LOOP_KEYS = ("chunk_size", "split_by")  # read by the CPU code generator, on loops only
 
 
 def _check_value(key, value, primitive: str) -> None:
@@ -83,7 +89,9 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
     (or a tuple of them). For `"atomic"` (blocks only, value True): a block without `T.init()`
     whose body is one update `C[...] = C[...] + e`, which becomes `T.atomic_add(C[...], e)`.
     For `"chunk_size"` (loops only): a positive int (on the CPU a parallel loop hands out its
-    iterations in chunks of that size).
+    iterations in chunks of that size). For `"split_by"` (loops only, not with `"chunk_size"`):
+    the name of a 1-D buffer of the function whose differences weigh the iterations (on the CPU
+    each thread runs one contiguous range of equal weight).
 
     Before (after `decompose_reduction(f, "csrmm1", j)`):
         with T.block("csrmm1"):
@@ -113,8 +121,8 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
     _check_value(key, value, primitive)
     if isinstance(target, str):
         block = find_block(func, target, primitive)
-        if key == "chunk_size":
-            raise ScheduleError(f'in `{primitive}`: expected a loop for "chunk_size", but got block `{target}`')
+        if key in LOOP_KEYS:
+            raise ScheduleError(f'in `{primitive}`: expected a loop for "{key}", but got block `{target}`')
         if key == "atomic":
             if value is not True:
                 raise ScheduleError(f'in `{primitive}`: expected True for "atomic", but got {value!r}')
@@ -128,6 +136,15 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
     if key == "chunk_size" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         # Checked here, not first by the code generator at build time.
         raise ScheduleError(f'in `{primitive}`: expected a positive int for "chunk_size", but got {value!r}')
+    if key == "split_by":
+        names = sorted(b.name for b in func.buffer_map.values() if len(getattr(b, "shape", ())) == 1)
+        if value not in names:
+            raise ScheduleError(
+                f'in `{primitive}`: expected the name of a 1-D buffer of the function for "split_by" '
+                f"({', '.join(names)}), but got {value!r}"
+            )
+    if {key, *loop.annotations} >= set(LOOP_KEYS):
+        raise ScheduleError(f'in `{primitive}`: a loop takes "chunk_size" or "split_by", not both')
     return replace_loop(func, target, lambda f: f.replace(annotations=FrozenDict({**f.annotations, key: value})))
 
 
@@ -159,14 +176,15 @@ def annotate_sparse_iteration(func: PrimFunc, name: str, key: str, value) -> Pri
     it onto every block the iteration becomes.
 
     It requires: a Stage I function with that iteration; a non-empty string key; a str, int,
-    float or bool value (or a tuple of them); not "atomic" or "chunk_size" (block and loop keys).
+    float or bool value (or a tuple of them); not "atomic", "chunk_size" or "split_by" (block
+    and loop keys).
     """
     from ..ir.visit import map_children
     from .sparse import find_sparse_iteration
 
     primitive = "annotate"
     _check_value(key, value, primitive)
-    if key in ("atomic", "chunk_size"):
+    if key in ("atomic", *LOOP_KEYS):
         raise ScheduleError(
             f"in `{primitive}`: expected a block or loop for {key!r}, but got sparse iteration `{name}`"
         )
