@@ -8,6 +8,8 @@ split matches the ranges the kernel runs."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.sparse as sps
@@ -35,7 +37,7 @@ def test_split_bound_covers_every_row_once_in_ranges_of_equal_weight(lengths, pa
     indptr = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]) + offset
     ranges = _ranges(indptr.astype(np.int32), parts)
     assert ranges[0][0] == 0 and ranges[-1][1] == len(lengths)
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     assert all(lo <= hi for lo, hi in ranges)
     weight = np.asarray(lengths, np.int64) + 1
     total, heaviest = int(weight.sum()), int(weight.max(initial=0))
