@@ -26,6 +26,7 @@ copies of A's `indptr`/`indices` (as scipy's `A.multiply` does), so changing it 
 from __future__ import annotations
 
 import numbers
+import os
 import weakref
 from collections.abc import Callable
 
@@ -41,10 +42,27 @@ from .runtime.kernel import Kernel
 _KERNELS: dict[tuple, Kernel] = {}
 _CHECKED: dict[tuple, tuple] = {}
 
-# Below this many multiply-adds (nnz x feature width) a CPU call runs on one thread: waking
-# Numba's pool costs about 70 us (OpenMP, passive wait), more than such a call computes (cora,
-# width 32: 97 us on one thread, 169 us on two), as torch's grain size does.
-PARALLEL_GRAIN = 1 << 21
+# Below this many multiply-adds (nnz x feature width) a CPU call runs on one thread (None: from
+# how idle OpenMP threads wait, `_parallel_grain`).
+PARALLEL_GRAIN: int | None = None
+# Where idle OpenMP threads sleep (`OMP_WAIT_POLICY=passive`, `GOMP_SPINCOUNT=0`), waking Numba's
+# pool costs about 45 us a call here, more than a small call computes (cora, width 32: 97 us on
+# one thread, 169 us on two), as torch's grain size does. Where they spin a while after each
+# parallel region (OpenMP's default), a region costs about 1.5 us and two threads win on every
+# matrix measured down to karate (156 nonzeros; olm1000 width 32: 13 us vs 15 us on one).
+PARALLEL_GRAIN_SLEEPING = 1 << 21
+PARALLEL_GRAIN_SPINNING = 1 << 14
+
+
+def _parallel_grain() -> int:
+    """`PARALLEL_GRAIN` if set, else the grain for how this process's OpenMP threads wait."""
+    if PARALLEL_GRAIN is not None:
+        return PARALLEL_GRAIN
+    env = os.environ
+    sleeping = (
+        env.get("OMP_WAIT_POLICY", "").strip().lower() == "passive" or env.get("GOMP_SPINCOUNT", "").strip() == "0"
+    )
+    return PARALLEL_GRAIN_SLEEPING if sleeping else PARALLEL_GRAIN_SPINNING
 
 
 def spmm_script(idtype: str = "int32", dtype: str = "float32") -> PrimFunc:
@@ -413,10 +431,10 @@ def _threads(threads, target: str) -> int | None:
 
 
 def _thread_args(target: str, work: int, threads: int | None) -> dict:
-    """The kernel's `threads=`: the caller's, else 1 below `PARALLEL_GRAIN` on the CPU."""
+    """The kernel's `threads=`: the caller's, else 1 below the parallel grain on the CPU."""
     if threads is not None:
         return {"threads": threads}
-    return {"threads": 1} if target == "cpu" and work < PARALLEL_GRAIN else {}
+    return {"threads": 1} if target == "cpu" and work < _parallel_grain() else {}
 
 
 def _spmm_operand(B):

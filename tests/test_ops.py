@@ -200,3 +200,27 @@ def test_repeated_calls_follow_a_new_structure():
     assert A2.nnz == A.nnz
     A.indptr, A.indices = A2.indptr, A2.indices
     np.testing.assert_allclose(ops.spmm(A, B, format="csr"), A.toarray() @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_parallel_grain_follows_how_openmp_threads_wait(monkeypatch):
+    """Small calls run on one thread where idle OpenMP threads sleep (waking them costs more
+    than the call); where they spin (the default) only tiny calls do; PARALLEL_GRAIN overrides."""
+    for policy, spins, grain in [
+        ("passive", None, ops.PARALLEL_GRAIN_SLEEPING),
+        (" PASSIVE ", None, ops.PARALLEL_GRAIN_SLEEPING),
+        (None, "0", ops.PARALLEL_GRAIN_SLEEPING),
+        ("active", None, ops.PARALLEL_GRAIN_SPINNING),
+        (None, None, ops.PARALLEL_GRAIN_SPINNING),
+        (None, "300000", ops.PARALLEL_GRAIN_SPINNING),
+    ]:
+        for name, value in (("OMP_WAIT_POLICY", policy), ("GOMP_SPINCOUNT", spins)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        assert ops._parallel_grain() == grain
+        assert ops._thread_args("cpu", grain - 1, None) == {"threads": 1}
+        assert ops._thread_args("cpu", grain, None) == {}
+        assert ops._thread_args("cuda", 1, None) == {} and ops._thread_args("cpu", 1, 2) == {"threads": 2}
+    monkeypatch.setattr(ops, "PARALLEL_GRAIN", 7)
+    assert ops._parallel_grain() == 7
