@@ -4,6 +4,7 @@
     python -m bench sddmm --graphs cora pubmed --widths 32 --baselines torch
     python -m bench spmm --smoke               # cora, width 32, scipy only: a few seconds
     python -m bench spmm --distributed 2       # sp.distributed on 2 local workers vs sp.ops (rmat)
+    python -m bench sddmm --paired --baselines torch   # one process, calls interleaved
 
 Writes `<out>/<op>.json` and `<out>/<op>.md` (default `bench/results/`) and prints a summary.
 Baselines need `pip install -e ".[bench]"`; a missing one is skipped with a note. Exit status 1
@@ -84,6 +85,11 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--plot", action="store_true", help="also write <out>/<op>.png: ratios per graph and width (needs [viz])"
+    )
+    p.add_argument(
+        "--paired",
+        action="store_true",
+        help="ours and the baselines in one process, calls interleaved (bench/paired.py): <out>/<op>-paired.md",
     )
     p.add_argument(
         "--distributed",
@@ -190,6 +196,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         from .distributed import run as run_distributed
 
         return run_distributed(args, command)
+    if args.paired:
+        from .paired import run as run_paired
+
+        return run_paired(args, command)
     status = 0
     stream = None
     for config in configs(args):

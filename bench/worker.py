@@ -1,7 +1,8 @@
 """One measurement group in its own process: `python -m bench.worker` reads a JSON job on stdin.
 
-A job is either the STREAM triad (`{"kind": "stream", "n": ..., "trials": ...}`) or one library
-on one graph at several widths (`{"kind": "group", "op", "library", "graph", "widths", ...}`).
+A job is the STREAM triad (`{"kind": "stream", "n": ..., "trials": ...}`), one library on one
+graph at several widths (`{"kind": "group", "op", "library", "graph", "widths", ...}`), or ours
+and baselines interleaved in this one process (`{"kind": "paired", ...}`: `bench.paired`).
 Separate processes keep libraries from sharing threading runtimes (Numba's GNU OpenMP, MKL's and
 torch's OpenMP) and let each pin its own thread count from the environment the parent set.
 
@@ -158,6 +159,10 @@ def main() -> int:
     np.seterr(all="ignore")
     if job["kind"] == "stream":
         run_stream(job, emit_stdout)
+    elif job["kind"] == "paired":
+        from .paired import run_group as run_paired
+
+        run_paired(job, emit_stdout)
     else:
         run_group(job, emit_stdout)
     return 0

@@ -185,8 +185,13 @@ class CPUKernel(Kernel):
                 plan.append(lambda kwargs, n=view.size, dtype=view.dtype: np.zeros(n, dtype))
                 continue
             name = buf.data.name
-            order = storage_order(buf) if bound.values[name].ndim > 1 else "C"
-            plan.append(lambda kwargs, name=name, order=order: kwargs[name].reshape(-1, order=order))
+            if bound.values[name].ndim == 1:
+                plan.append(lambda kwargs, name=name: kwargs[name])
+                continue
+            # A view (the layout was checked), never a copy: the kernel writes outputs through it.
+            # `ravel` costs 0.05 us where `reshape(-1, order=...)` costs 0.25.
+            order = storage_order(buf)
+            plan.append(lambda kwargs, name=name, order=order: kwargs[name].ravel(order))
         return plan
 
 
