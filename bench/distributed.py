@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from .graphs import RMAT, RmatParams, load_graph, rmat_cached
-from .measure import RTOL, check_result, dense_operand, sddmm_reference, spmm_reference, time_calls
+from .measure import RTOL, check_result, operands_and_reference, time_calls
 from .report import machine
 
 DEFAULT_GRAPHS = (RMAT,)
@@ -116,14 +116,8 @@ def _measure(op: str, A, graph: str, width: int, client, seed: int, repeat: int,
 
     m, n = A.shape
     record = {"graph": graph, "m": m, "n": n, "nnz": A.nnz, "width": width, "status": "ok"}
-    if op == "spmm":
-        B = dense_operand(n, width, seed, 0)
-        ref = spmm_reference(A, B)
-        operands = (B,)
-    else:
-        X, Y = dense_operand(m, width, seed, 1), dense_operand(n, width, seed, 2)
-        ref = sddmm_reference(A, X, Y)
-        operands = (X, Y)
+    named, ref = operands_and_reference(op, A, width, seed)
+    operands = tuple(named.values())
 
     def values(result):
         return result if op == "spmm" else result.data

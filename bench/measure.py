@@ -85,6 +85,17 @@ def sddmm_reference(A: scipy.sparse.csr_matrix, X: np.ndarray, Y: np.ndarray) ->
     return Reference(value, scale)
 
 
+def operands_and_reference(op: str, A: scipy.sparse.csr_matrix, width: int, seed: int) -> tuple[dict, Reference]:
+    """The seeded dense operands of `op` on A at `width` (`{"B"}` for SpMM, `{"X", "Y"}` for
+    SDDMM, in call order) and the float64 reference they give."""
+    m, n = A.shape
+    if op == "spmm":
+        operands = {"B": dense_operand(n, width, seed, 0)}
+        return operands, spmm_reference(A, operands["B"])
+    operands = {"X": dense_operand(m, width, seed, 1), "Y": dense_operand(n, width, seed, 2)}
+    return operands, sddmm_reference(A, operands["X"], operands["Y"])
+
+
 # -------------------------------------------------------------------- checks
 @dataclass
 class Check:

@@ -28,9 +28,9 @@ import numpy as np
 
 from .graphs import DEFAULT_GRAPHS, is_graph_file, known_graphs, load_graph
 from .libraries import BASELINES, LIBRARIES, OURS
-from .measure import RTOL, check_result, dense_operand, geomean, sddmm_reference, spmm_reference
+from .measure import RTOL, check_result, geomean, operands_and_reference
 from .report import FLOOR, TARGETS, machine
-from .runner import run_worker, worker_env
+from .runner import Config, plan, run_worker, worker_env
 
 MIN_ROUNDS = 10
 DEFAULT_REPEAT = 200
@@ -53,16 +53,9 @@ def run(args, command: str) -> int:
     ops = ("spmm", "sddmm") if args.op == "all" else (args.op,)
     status = 0
     for op in ops:
-        baselines, notes = [], {}
-        for name in requested:
-            lib = LIBRARIES[name]
-            why = "runs on the cuda target only" if lib.target != "cpu" else lib.missing()
-            if op not in lib.ops:
-                why = f"no {op.upper()} in this library"
-            if why:
-                notes[name] = f"skipped: {why}"
-            else:
-                baselines.append(name)
+        chosen = plan(Config(op=op, graphs=graphs, widths=widths, baselines=requested, targets=("cpu",)))
+        baselines = [name for name in chosen.libraries if name != OURS["cpu"]]
+        notes = chosen.notes
         extra: dict[str, str] = {}
         for name in [OURS["cpu"], *baselines]:
             extra.update(LIBRARIES[name].env())
@@ -170,17 +163,11 @@ def run_group(job: dict, emit) -> None:
         lib.set_threads(threads)
     graph = job["graph"]
     A = load_graph(graph["name"], graph.get("path"))
-    m, n = A.shape
     seed = int(job["seed"])
     for width in job["widths"]:
         where = {"graph": graph["name"], "width": width}
         try:
-            if op == "spmm":
-                operands = {"B": dense_operand(n, width, seed, 0)}
-                ref = spmm_reference(A, operands["B"])
-            else:
-                operands = {"X": dense_operand(m, width, seed, 1), "Y": dense_operand(n, width, seed, 2)}
-                ref = sddmm_reference(A, operands["X"], operands["Y"])
+            operands, ref = operands_and_reference(op, A, width, seed)
             prepared = {"ours": ours.prepare(op, A, operands, format="auto")}
             prepared.update({name: lib.prepare(op, A, operands) for name, lib in libs.items()})
             for name, p in prepared.items():

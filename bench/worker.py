@@ -76,7 +76,7 @@ def run_group(job: dict, emit: Emit) -> None:
     """Check and time one library on one graph, for every width of the job."""
     from .graphs import load_graph
     from .libraries import LIBRARIES
-    from .measure import check_result, dense_operand, sddmm_reference, spmm_reference, time_calls
+    from .measure import check_result, operands_and_reference, time_calls
 
     op, lib = job["op"], LIBRARIES[job["library"]]
     lib.set_threads(int(job["threads"]))
@@ -98,12 +98,7 @@ def run_group(job: dict, emit: Emit) -> None:
             "touched": int(np.count_nonzero(np.bincount(A.indices, minlength=n))) if A.nnz else 0,
         }
         try:
-            if op == "spmm":
-                operands = {"B": dense_operand(n, width, seed, 0)}
-                ref = spmm_reference(A, operands["B"])
-            else:
-                operands = {"X": dense_operand(m, width, seed, 1), "Y": dense_operand(n, width, seed, 2)}
-                ref = sddmm_reference(A, operands["X"], operands["Y"])
+            operands, ref = operands_and_reference(op, A, width, seed)
             ours = {"schedule": job.get("schedule"), "format": job.get("format", "csr"),
                     "format_params": job.get("format_params") or {}} if lib.ours else {}  # fmt: skip
             prepared = lib.prepare(op, A, operands, **ours)

@@ -45,6 +45,7 @@ import scipy.sparse
 from . import ops
 from .codegen.cpu import SPLIT_PARTS
 from .errors import InputError
+from .runtime.cpu_intrinsics import split_bound
 
 TUNE_FORMAT = 6  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
@@ -219,14 +220,12 @@ class Structure:
 
     def split_imbalance(self, threads: int) -> float:
         """The same with rows split by nonzeros (`split_by`: `SPLIT_PARTS` contiguous ranges of
-        equal weight, a row weighing its nonzeros plus one, in equal blocks of ranges per
+        equal weight, found by the kernels' own `split_bound`, in equal blocks of ranges per
         thread): bounded by the longest row (a row cannot be shared)."""
         if self.nnz == 0 or threads <= 1:
             return 1.0
         ends = np.concatenate([[0], np.cumsum(self.lengths)])
-        weight = ends + np.arange(self.m + 1)
-        goals = weight[-1] * np.arange(SPLIT_PARTS) // SPLIT_PARTS
-        bounds = np.append(np.searchsorted(weight, goals, side="left"), self.m)
+        bounds = [split_bound(ends, self.m, p, SPLIT_PARTS) for p in range(SPLIT_PARTS + 1)]
         blocks = np.array_split(np.arange(SPLIT_PARTS), threads)
         per_thread = [ends[bounds[b[-1] + 1]] - ends[bounds[b[0]]] for b in blocks if len(b)]
         return max(1.0, float(max(per_thread) * threads / self.nnz))
