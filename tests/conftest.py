@@ -18,3 +18,14 @@ if "SPARSETIR_TUNE_DIR" not in os.environ:
 _TESTS = str(pathlib.Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+
+# Hypothesis profiles. "default" is what `make test` runs: the fuzz suites (`tests/fuzzing.py`)
+# are seeded there, so a run is repeatable and bounded. "deep" (`pytest --hypothesis-profile=deep`,
+# or SPARSETIR_FUZZ=deep in the environment) is the occasional long run: many more examples,
+# random seeds.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("default", settings())
+settings.register_profile("deep", max_examples=2000, deadline=None)
+if os.environ.get("SPARSETIR_FUZZ") == "deep":
+    settings.load_profile("deep")
