@@ -3,7 +3,14 @@
 Each matrix is a scipy `.npz` file next to this module (sources and licences in ATTRIBUTION.md).
 They are read through `importlib.resources`, so they load the same from a clone, an editable
 install or a wheel. `load_matrix` also reads a matrix file of your own: a scipy `.npz` or a
-Matrix Market `.mtx` (`.mtx.gz`, `.mtx.bz2`) through `scipy.io.mmread`.
+Matrix Market `.mtx` (`.mtx.gz`, `.mtx.bz2`; suffixes in any case).
+
+A file is input nobody checked: the loader reads its raw arrays itself and checks them (the
+checks of `sp.ops`, in `sparsetir_py.inputs`) before any scipy constructor sees them, since
+scipy's compiled code crashes the process or builds an invalid matrix from broken arrays. A
+header that declares more than the file holds, or more than this machine's memory, is refused
+before anything of that size is allocated. Every problem raises `sp.InputError` naming the file
+and the offending value.
 
 >>> import sparsetir_py as sp
 >>> A = sp.data.load_matrix("karate")
@@ -15,20 +22,60 @@ True
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
 import os
+import struct
+import zipfile
+import zlib
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import scipy.sparse
 
-__all__ = ["MATRIX_FILE_SUFFIXES", "available", "load_matrix", "read_matrix_file"]
+from ..errors import InputError
+from ..inputs import canonical, check_compressed, check_coo, check_dia, check_kind, check_shape, describe, native
+
+__all__ = [
+    "MATRIX_FILE_SUFFIXES",
+    "MAX_DENSE_ENTRIES",
+    "available",
+    "is_matrix_file",
+    "load_matrix",
+    "read_matrix_file",
+]
 
 _PACKAGE = "sparsetir_py.data"
 _SUFFIX = ".npz"
 _MATRIX_MARKET = (".mtx", ".mtx.gz", ".mtx.bz2")
-#: Files `load_matrix` reads by path: scipy's `.npz` and Matrix Market.
+#: Files `load_matrix` reads by path: scipy's `.npz` and Matrix Market (compared in lower case).
 MATRIX_FILE_SUFFIXES = (_SUFFIX, *_MATRIX_MARKET)
+#: The most entries a dense Matrix Market `array` file may declare (2 GiB of float64 values): a
+#: header of two numbers would otherwise allocate any size before the values are read.
+MAX_DENSE_ENTRIES = 2**28
+_INT64_MAX = int(np.iinfo(np.int64).max)
+# Everything reading a broken file raises, from zipfile, zlib, gzip, bz2, numpy's .npy reader and
+# scipy's Matrix Market reader; each becomes an InputError that names the file.
+_READ_ERRORS = (
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    OSError,
+    EOFError,
+    OverflowError,
+    MemoryError,
+    RecursionError,
+    NotImplementedError,
+    RuntimeError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    struct.error,
+)
 
 
 def available() -> list[str]:
@@ -45,18 +92,29 @@ def available() -> list[str]:
     return sorted(names, key=str.lower)
 
 
+def is_matrix_file(name: str | os.PathLike) -> bool:
+    """Whether `name` ends with a suffix `load_matrix` reads as a file, in any case.
+
+    >>> is_matrix_file("X.MTX"), is_matrix_file("web.Mtx.Gz"), is_matrix_file("karate")
+    (True, True, False)
+    """
+    return os.fspath(name).lower().endswith(MATRIX_FILE_SUFFIXES)
+
+
 def load_matrix(name: str | os.PathLike, dtype=np.float32, index_dtype=np.int32) -> scipy.sparse.csr_matrix:
     """Load a shipped matrix, or a matrix file, as a canonical CSR matrix.
 
-    `name` is a shipped matrix (`available()`), or the path of a scipy `.npz` file or a Matrix
-    Market `.mtx` file (also `.mtx.gz` / `.mtx.bz2`; symmetric ones are expanded and pattern ones
-    get the value 1, as `scipy.io.mmread` reads them). Canonical means sorted column indices
-    within each row and no duplicate entries (duplicates are summed). Values are cast to `dtype`;
-    `indptr` and `indices` are both of `index_dtype` (`int32` or `int64`), which scipy would
-    otherwise narrow to int32 whenever the values fit.
+    `name` is a shipped matrix (`available()`), or the path of a scipy `.npz` file (any of scipy's
+    csr, csc, bsr, coo and dia formats) or a Matrix Market `.mtx` file (also `.mtx.gz` /
+    `.mtx.bz2`; symmetric and skew-symmetric ones are expanded and pattern ones get the value 1,
+    as `scipy.io.mmread` reads them). Canonical means sorted column indices within each row and
+    no duplicate entries (duplicates are summed). Values are cast to `dtype`; `indptr` and
+    `indices` are both of `index_dtype` (`int32` or `int64`), which scipy would otherwise narrow
+    to int32 whenever the values fit.
 
     Raises `KeyError` naming the shipped matrices when `name` is neither one of them nor a matrix
-    file, and `sp.InputError` when a file cannot be read as a real-valued 2-D matrix.
+    file, and `sp.InputError` naming the file and the value when a file is broken (see
+    `read_matrix_file`), or its shape or number of entries does not fit `index_dtype`.
 
     >>> A = load_matrix("cora", dtype="float64", index_dtype="int64")
     >>> A.shape, A.nnz, A.data.dtype, A.indptr.dtype
@@ -65,37 +123,32 @@ def load_matrix(name: str | os.PathLike, dtype=np.float32, index_dtype=np.int32)
     index_dtype = np.dtype(index_dtype)
     if index_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise ValueError(f"in `load_matrix`: expected index_dtype int32 or int64, but got {index_dtype}")
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise ValueError(f"in `load_matrix`: expected a real dtype (float, integer or bool), but got {dtype}")
     text = os.fspath(name)
     resource = resources.files(_PACKAGE) / f"{text}{_SUFFIX}"
-    if text.endswith(MATRIX_FILE_SUFFIXES) and not resource.is_file():
-        matrix = read_matrix_file(text)
-    else:
-        if not resource.is_file():
-            raise KeyError(
-                f"in `load_matrix`: no shipped matrix {text!r}; available: {', '.join(available())} "
-                "(or the path of a .npz or .mtx file)"
-            )
-        with resource.open("rb") as f:
-            matrix = scipy.sparse.load_npz(f)
-    matrix = scipy.sparse.csr_matrix(matrix)
-    matrix.sum_duplicates()  # also sorts the indices
-    matrix.sort_indices()
-    result = scipy.sparse.csr_matrix(
-        (matrix.data.astype(dtype), matrix.indices, matrix.indptr), shape=matrix.shape, copy=True
-    )
-    # Assigned after construction: the constructor would narrow int64 indices back to int32.
-    result.indices = np.ascontiguousarray(matrix.indices, dtype=index_dtype)
-    result.indptr = np.ascontiguousarray(matrix.indptr, dtype=index_dtype)
-    result.has_sorted_indices = True
-    result.has_canonical_format = True
-    return result
+    if is_matrix_file(text) and not resource.is_file():
+        return _canonical_csr(read_matrix_file(text), Path(text).name, dtype, index_dtype)
+    if not resource.is_file():
+        raise KeyError(
+            f"in `load_matrix`: no shipped matrix {text!r}; available: {', '.join(available())} "
+            "(or the path of a .npz or .mtx file)"
+        )
+    with resource.open("rb") as f:
+        matrix = _read_npz(f, f"{text}{_SUFFIX}")
+    return _canonical_csr(matrix, text, dtype, index_dtype)
 
 
 def read_matrix_file(path: str | os.PathLike) -> scipy.sparse.spmatrix:
-    """A scipy `.npz` file (`scipy.sparse.save_npz`) or a Matrix Market file, as scipy reads it.
+    """A scipy `.npz` file (`scipy.sparse.save_npz`) or a Matrix Market file, as stored (COO for
+    a Matrix Market or DIA file), with every array checked.
 
     Raises `KeyError` when the file does not exist and `sp.InputError` when it is not a
-    real-valued 2-D sparse or dense matrix (a complex Matrix Market file, say).
+    real-valued 2-D sparse or dense matrix: an unreadable, truncated or corrupt file, a missing
+    or malformed array (indptr not rising from 0 to the number of entries, an index outside the
+    shape, arrays of mismatched lengths, a shape that is not two non-negative integers), complex
+    values, or a header that declares more entries than the file holds or than fit in memory.
 
     >>> import tempfile, scipy.io, scipy.sparse
     >>> path = Path(tempfile.mkdtemp()) / "tiny.mtx"
@@ -104,25 +157,272 @@ def read_matrix_file(path: str | os.PathLike) -> scipy.sparse.spmatrix:
     array([[0. , 2.5],
            [1. , 0. ]])
     """
-    from ..errors import InputError
-
     file = Path(path)
     if not file.is_file():
         raise KeyError(f"in `load_matrix`: no matrix file {str(file)!r}")
+    if file.name.lower().endswith(_MATRIX_MARKET):
+        return _read_matrix_market(file)
     try:
-        if file.name.endswith(_MATRIX_MARKET):
-            from scipy.io import mmread
+        with file.open("rb") as f:
+            return _read_npz(f, file.name)
+    except OSError as e:
+        raise InputError(f"in `load_matrix`: cannot read {file.name}: {e}") from None
 
-            matrix = mmread(file)
-        else:
-            matrix = scipy.sparse.load_npz(file)
-    except (ValueError, OSError, TypeError, IndexError) as e:
-        raise InputError(f"in `load_matrix`: cannot read {file.name} as a matrix: {e}") from None
-    if not scipy.sparse.issparse(matrix):
-        matrix = np.asarray(matrix)
-        if matrix.ndim != 2:
-            raise InputError(f"in `load_matrix`: {file.name} holds a {matrix.ndim}-D array, not a matrix")
-        matrix = scipy.sparse.csr_matrix(matrix)
-    if matrix.dtype.kind not in "biuf":
-        raise InputError(f"in `load_matrix`: {file.name} holds {matrix.dtype} values; only real values are supported")
-    return matrix
+
+# -------------------------------------------------------------------- canonical CSR
+def _canonical_csr(matrix, label: str, dtype: np.dtype, index_dtype: np.dtype) -> scipy.sparse.csr_matrix:
+    """A checked matrix as canonical CSR with `dtype` values and `index_dtype` indices."""
+    limit = int(np.iinfo(index_dtype).max)
+    hint = "; pass index_dtype='int64'" if index_dtype == np.int32 else ""
+    check_shape(matrix.shape, label, limit, f"index_dtype {index_dtype.name}{hint}")
+    # CSR stores one indptr entry per row (and the conversion another): refuse a row count the
+    # memory cannot hold, however few entries the file stores.
+    _check_allocation(label, f"{matrix.shape[0]} rows", (matrix.shape[0] + 1) * 16)
+    csr = canonical(native(matrix))
+    if csr.nnz > limit:
+        raise InputError(
+            f"in `load_matrix`: {label} stores {csr.nnz} entries, more than index_dtype {index_dtype.name} "
+            f"holds (at most {limit}){hint}"
+        )
+    result = scipy.sparse.csr_matrix((csr.data.astype(dtype), csr.indices, csr.indptr), shape=csr.shape, copy=True)
+    # Assigned after construction: the constructor would narrow int64 indices back to int32.
+    result.indices = np.array(csr.indices, dtype=index_dtype)
+    result.indptr = np.array(csr.indptr, dtype=index_dtype)
+    result.has_sorted_indices = True
+    result.has_canonical_format = True
+    return result
+
+
+def _check_allocation(label: str, what: str, nbytes: int) -> None:
+    """Refuse to allocate more than half of this machine's physical memory for a file."""
+    budget = _memory_bytes() // 2
+    if nbytes > budget:
+        raise InputError(
+            f"in `load_matrix`: {label} declares {what}, which would take {nbytes / 2**30:.1f} GiB; "
+            f"at most {budget / 2**30:.1f} GiB (half this machine's memory) are allocated for a file"
+        )
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory, or 16 GiB where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+# -------------------------------------------------------------------- scipy .npz
+# The arrays each scipy format stores (`scipy.sparse.save_npz`), besides `format` and `shape`;
+# a COO matrix stores `row` and `col`, or (newer scipy, n-D) `coords`.
+_NPZ_ARRAYS = {
+    "csr": ("data", "indices", "indptr"),
+    "csc": ("data", "indices", "indptr"),
+    "bsr": ("data", "indices", "indptr"),
+    "coo": ("data",),
+    "dia": ("data", "offsets"),
+}
+
+
+def _read_npz(source: BinaryIO, label: str):
+    """The matrix of a scipy `.npz` file, built from arrays checked as stored."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            arrays = _NpzArrays(archive, label)
+            format = arrays.format()
+            shape = arrays.shape()
+            # The arrays are read only now that the format and shape are known good.
+            if format == "coo" and "coords" in arrays and "row" not in arrays:
+                coords = arrays["coords"]
+                if coords.ndim != 2 or len(coords) != 2:
+                    raise InputError(f"in `load_matrix`: `{label}.coords` must be 2 x nnz, got {describe(coords)}")
+                found = {"data": arrays["data"], "row": coords[0], "col": coords[1]}
+            else:
+                names = _NPZ_ARRAYS[format] + (("row", "col") if format == "coo" else ())
+                found = {name: arrays[name] for name in names}
+    except _READ_ERRORS as e:
+        raise InputError(f"in `load_matrix`: cannot read {label} as a scipy .npz matrix: {_reason(e)}") from None
+    return _npz_matrix(format, shape, found, label)
+
+
+def _npz_matrix(format: str, shape: tuple[int, int], arrays: dict[str, np.ndarray], label: str):
+    """A scipy matrix of `format` from its arrays, each checked before scipy sees it; indices
+    are cast to int64 and values other than float32/float64 to float64 (after the checks)."""
+    data = arrays["data"]
+    if format in ("csr", "csc", "bsr"):
+        check_compressed(format, shape, arrays["indptr"], arrays["indices"], data, label)
+        indptr, indices = (arrays[k].astype(np.int64) for k in ("indptr", "indices"))
+        data = _values(data)
+        if format == "bsr":
+            return scipy.sparse.bsr_matrix((data, indices, indptr), shape=shape, blocksize=data.shape[1:])
+        cls = scipy.sparse.csr_matrix if format == "csr" else scipy.sparse.csc_matrix
+        return cls((data, indices, indptr), shape=shape)
+    if format == "coo":
+        check_coo(shape, (arrays["row"], arrays["col"]), data, label)
+        row, col = (arrays[k].astype(np.int64) for k in ("row", "col"))
+        return scipy.sparse.coo_matrix((_values(data), (row, col)), shape=shape)
+    check_dia(shape, arrays["offsets"], data, label)
+    # DIA pads its diagonals; scipy's COO form keeps only the stored entries inside the matrix.
+    return scipy.sparse.dia_matrix((_values(data), arrays["offsets"].astype(np.int64)), shape=shape).tocoo()
+
+
+def _values(data: np.ndarray) -> np.ndarray:
+    """Checked values as float32/float64 in native byte order (scipy refuses float16 and others)."""
+    if data.dtype.kind == "f" and data.dtype.newbyteorder("=") in (np.float32, np.float64):
+        return data.astype(data.dtype.newbyteorder("="))
+    return data.astype(np.float64)
+
+
+class _NpzArrays:
+    """The `.npy` members of an `.npz` archive, each read only after its header was checked
+    against the member's size (a header may declare any shape) and never unpickled."""
+
+    def __init__(self, archive: zipfile.ZipFile, label: str):
+        self.archive = archive
+        self.label = label
+        self.members = {
+            info.filename.removesuffix(".npy"): info for info in archive.infolist() if info.filename.endswith(".npy")
+        }
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.members
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        info = self.members.get(name)
+        if info is None:
+            raise InputError(
+                f"in `load_matrix`: {self.label} has no `{name}` array; it holds {sorted(self.members) or 'none'}"
+            )
+        where = f"`{self.label}.{name}`"
+        with self.archive.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise InputError(f"in `load_matrix`: {where} is a .npy file of version {version}; expected 1.0 or 2.0")
+            if dtype.hasobject:
+                raise InputError(f"in `load_matrix`: {where} holds Python objects ({dtype}), which are not read")
+            count = int(np.prod(shape, dtype=object)) if shape else 1
+            nbytes = count * dtype.itemsize
+            stored = info.file_size - f.tell()
+            if nbytes != stored:
+                raise InputError(
+                    f"in `load_matrix`: {where} declares shape {shape} of {dtype} ({nbytes} bytes), "
+                    f"but the file stores {stored} bytes of it"
+                )
+            _check_allocation(self.label, f"`{name}` of shape {shape} and dtype {dtype}", nbytes)
+            buffer = bytearray(nbytes)  # writable, unlike the bytes f.read() returns
+            if f.readinto(buffer) != nbytes:
+                raise InputError(f"in `load_matrix`: {where} is cut short")
+        array = np.frombuffer(buffer, dtype=dtype, count=count)
+        return array.reshape(shape[::-1]).T if fortran_order else array.reshape(shape)
+
+    def format(self) -> str:
+        """The `format` entry: one of scipy's formats this loader reads."""
+        entry = self["format"]
+        if entry.shape != () or entry.dtype.kind not in "SU":
+            raise InputError(f"in `load_matrix`: `{self.label}.format` must be a string, got {describe(entry)}")
+        format = entry.item()
+        if isinstance(format, bytes):
+            format = format.decode("ascii", errors="replace")
+        if format not in _NPZ_ARRAYS:
+            raise InputError(
+                f"in `load_matrix`: {self.label} stores a matrix of format {format!r}; "
+                f"expected one of {', '.join(_NPZ_ARRAYS)}"
+            )
+        return format
+
+    def shape(self) -> tuple[int, int]:
+        """The `shape` entry: two non-negative integers (at most int64's largest)."""
+        entry = self["shape"]
+        if entry.ndim != 1 or entry.dtype.kind not in "iu":
+            raise InputError(f"in `load_matrix`: `{self.label}.shape` must be integers, got {describe(entry)}")
+        shape = tuple(int(n) for n in entry)
+        check_shape(shape, self.label, _INT64_MAX, "indices are at most 64-bit")
+        return shape
+
+
+# -------------------------------------------------------------------- Matrix Market
+def _read_matrix_market(file: Path):
+    """The matrix of a Matrix Market file (COO), after its header was checked: a real field, a
+    dense `array` of at most MAX_DENSE_ENTRIES, and no more entries than the file or the memory
+    can hold."""
+    from scipy.io import mminfo, mmread
+
+    label = file.name
+    try:
+        # scipy's reader takes a path or a stream; a path it opens itself (and decompresses only
+        # after a lower-case suffix), and it aborts the process on closing some streams early (a
+        # real file's, once `mminfo` has read the header). So a plain file goes by its path and a
+        # compressed one, decompressed here, as bytes in memory.
+        source = str(file) if not _compressed(file) else io.BytesIO(_decompressed(file))
+        rows, cols, entries, layout, field, symmetry = mminfo(source)
+        _check_matrix_market_header(file, rows, cols, entries, layout, field, symmetry)
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        matrix = mmread(source)
+    except _READ_ERRORS as e:
+        raise InputError(f"in `load_matrix`: cannot read {label} as a matrix: {_reason(e)}") from None
+    if scipy.sparse.issparse(matrix):
+        # scipy's reader checked the indices against the shape; check them as everywhere else.
+        matrix = scipy.sparse.coo_matrix(matrix)
+        check_shape(matrix.shape, label, _INT64_MAX, "indices are at most 64-bit")
+        check_coo(matrix.shape, (matrix.row, matrix.col), matrix.data, label)
+        return matrix
+    matrix = np.asarray(matrix)
+    if matrix.ndim != 2:
+        raise InputError(f"in `load_matrix`: {label} holds a {matrix.ndim}-D array, not a matrix")
+    check_kind(matrix.dtype, f"in `load_matrix`: {label}")
+    return scipy.sparse.coo_matrix(matrix)
+
+
+def _compressed(file: Path) -> bool:
+    return file.name.lower().endswith((".gz", ".bz2"))
+
+
+def _decompressed(file: Path) -> bytearray:
+    """The bytes of a `.gz` / `.bz2` file (after its suffix, in any case), read in chunks up to
+    the memory budget: a small file may expand to any size."""
+    opener = gzip.open if file.name.lower().endswith(".gz") else bz2.open
+    budget = _memory_bytes() // 2
+    out = bytearray()
+    with opener(file, "rb") as f:
+        while chunk := f.read(1 << 24):
+            out += chunk
+            if len(out) > budget:
+                raise InputError(
+                    f"in `load_matrix`: {file.name} decompresses to more than {budget / 2**30:.1f} GiB "
+                    "(half this machine's memory)"
+                )
+    return out
+
+
+def _check_matrix_market_header(
+    file: Path, rows: int, cols: int, entries: int, layout: str, field: str, symmetry: str
+) -> None:
+    label = file.name
+    if field == "complex" or symmetry == "hermitian":
+        raise InputError(f"in `load_matrix`: {label} holds complex values; only real values are supported")
+    if layout == "array":
+        if rows * cols > MAX_DENSE_ENTRIES:
+            raise InputError(
+                f"in `load_matrix`: {label} declares a dense {rows} x {cols} array ({rows * cols} entries); "
+                f"at most {MAX_DENSE_ENTRIES} entries are read from a dense file (store it as coordinate)"
+            )
+        _check_allocation(label, f"a dense {rows} x {cols} array", rows * cols * 8)
+        return
+    # Each entry is a line of at least "i j" and a newline; a header that promises more than
+    # the file holds would make scipy allocate them all before it finds out.
+    if not _compressed(file) and entries * 4 > file.stat().st_size:
+        raise InputError(
+            f"in `load_matrix`: {label} declares {entries} entries, but the file has only {file.stat().st_size} bytes"
+        )
+    mirrored = 1 if symmetry == "general" else 2
+    _check_allocation(label, f"{entries} entries", entries * mirrored * 24)
+
+
+def _reason(e: BaseException) -> str:
+    """An exception's message, with its type when the message alone says little."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
