@@ -37,6 +37,7 @@ import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod, const, dim, symbol
 from ..arith.errors import IndexingMapError
@@ -53,6 +54,13 @@ __all__ = [
 LEVEL_FORMATS = ("dense", "compressed", "loose_compressed", "singleton", "n_out_of_m")
 LEVEL_PROPERTIES = ("nonunique", "nonordered", "soa", "high")
 POS_WIDTHS = (0, 8, 16, 32, 64)
+#: The largest integer the text may hold, and every coefficient, constant and divisor of a level
+#: expression: MLIR keeps them in int64, and the stored coordinates are int64 at most.
+INT64_MAX = 2**63 - 1
+#: How deep parentheses, and `floordiv`/`mod`/`ceildiv` applied to one another, may nest in a
+#: level expression. The parser recurses on parentheses and the canonical form on nested
+#: divisions; real encodings nest two or three deep.
+MAX_NESTING = 64
 CRD_WIDTHS = (0, 1, 2, 4, 8, 16, 32, 64)
 _KEYS = (
     "map",
@@ -66,6 +74,7 @@ _KEYS = (
     "pointerBitWidth",
     "indexBitWidth",
 )
+_MUL_OPS = ("*", "floordiv", "ceildiv", "mod")
 _LEVEL_SPELLINGS = ("dense", "compressed", "loose_compressed", "singleton", "block2_4", "n_out_of_m", "structured")
 
 
@@ -267,17 +276,28 @@ def _expr_interval(e: AffineExpr, dims: Sequence[Interval]) -> Interval:
 # ---------------------------------------------------------------------------------------------
 # Lexer and parser
 
+# One match per token, with the blanks and `//` comments before it (possessive: no backtracking).
 _TOKEN = re.compile(
-    r"(?P<ws>\s+|//[^\n]*)|(?P<int>\d+)|(?P<ident>[A-Za-z_][A-Za-z0-9_$]*)|(?P<string>\"[^\"\n]*\")"
-    r"|(?P<arrow>->)|(?P<punct>[()\[\]{}<>,:=*+\-?#.])"
+    r"(?:\s|//[^\n]*)*+(?:(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_$]*)|(?P<string>\"[^\"\n]*\")"
+    r"|(?P<arrow>->)|(?P<punct>[()\[\]{}<>,:=*+\-?#.])|(?P<end>\Z)|(?P<bad>.))",
+    re.DOTALL,
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
+def _fits_int64(digits: str) -> bool:
+    """Whether a literal fits int64, decided before `int()` converts it (which is quadratic in
+    the number of digits and refuses more than a few thousand)."""
+    digits = digits.lstrip("0")
+    return len(digits) < 19 or (len(digits) == 19 and int(digits) <= INT64_MAX)
+
+
+class _Tok(NamedTuple):
     kind: str  # int, ident, string, op, eof
     text: str
     start: int
+
+
+_TOKEN_KINDS = {"int": "int", "ident": "ident", "string": "string", "arrow": "op", "punct": "op"}
 
 
 def _describe(tok: _Tok) -> str:
@@ -285,37 +305,44 @@ def _describe(tok: _Tok) -> str:
 
 
 class _Parser:
-    def __init__(self, text: str):
-        self.text = text
-        self.tokens = self._lex(text)
+    def __init__(self, text: str, offset: int = 0, whole: str | None = None):
+        """Parse `text`; a piece of a larger text (a quoted level type) gives its `offset` in the
+        `whole`, so that errors point into the whole."""
+        self.text = text if whole is None else whole
+        self.tokens = self._lex(text, offset, self.text)
         self.i = 0
+        self.tok = self.tokens[0]  # the current token, tokens[i]
+        self.nesting = 0  # open parentheses in the expression being read
 
     @staticmethod
-    def _lex(text: str) -> list[_Tok]:
+    def _lex(text: str, offset: int, whole: str) -> list[_Tok]:
         out = []
-        pos = 0
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if m is None:
-                raise EncodingError(f"unexpected character {text[pos]!r}", text, pos)
+        for m in _TOKEN.finditer(text):
             kind = m.lastgroup
-            if kind != "ws":
-                out.append(_Tok("op" if kind in ("arrow", "punct") else kind, m.group(), pos))
-            pos = m.end()
-        out.append(_Tok("eof", "", len(text)))
+            if kind == "end":
+                break
+            pos = m.start(kind)
+            if kind == "bad":
+                raise EncodingError(f"unexpected character {m.group(kind)!r}", whole, offset + pos)
+            word = m.group(kind)
+            if kind == "int" and not _fits_int64(word):
+                shown = word if len(word) <= 40 else f"{word[:20]}... ({len(word)} digits)"
+                raise EncodingError(
+                    f"the integer {shown} does not fit a 64-bit integer (at most {INT64_MAX})", whole, offset + pos
+                )
+            out.append(_Tok(_TOKEN_KINDS[kind], word, offset + pos))
+        out.append(_Tok("eof", "", offset + len(text)))
         return out
 
     # -- token helpers ---------------------------------------------------------------------------
-    @property
-    def tok(self) -> _Tok:
-        return self.tokens[self.i]
-
     def peek(self, k: int = 1) -> _Tok:
         return self.tokens[min(self.i + k, len(self.tokens) - 1)]
 
     def advance(self) -> _Tok:
         tok = self.tok
-        self.i = min(self.i + 1, len(self.tokens) - 1)
+        if self.i + 1 < len(self.tokens):
+            self.i += 1
+            self.tok = self.tokens[self.i]
         return tok
 
     def fail(self, expected: str, tok: _Tok | None = None) -> EncodingError:
@@ -326,7 +353,8 @@ class _Parser:
         return EncodingError(message, self.text, tok.start)
 
     def at(self, text: str) -> bool:
-        return self.tok.kind in ("op", "ident") and self.tok.text == text
+        tok = self.tok
+        return tok.text == text and (tok.kind == "op" or tok.kind == "ident")
 
     def accept(self, text: str) -> bool:
         if self.at(text):
@@ -463,7 +491,7 @@ class _Parser:
             raise self.fail("`(` opening the dimension list of `map`" + ("" if syms else " (or `[` symbols)"))
         self.advance()
         dims: list[_Tok] = []
-        dim_exprs: list[tuple[_Tok, object]] = []
+        dim_exprs: list[tuple[_Tok, _Tok, object]] = []
         slices: list[DimSlice | None] = []
         lvl_scope = {t.text: k for k, t in enumerate(lvl_vars or [])}
         sym_scope = {t.text: k for k, t in enumerate(syms)}
@@ -478,7 +506,7 @@ class _Parser:
                         "(`{l0, l1, ...}` before the dimensions)",
                         name,
                     )
-                dim_exprs.append((name, self.expr_tree()))
+                dim_exprs.append((name, self.tok, self.expr_tree()))
                 slices.append(None)
             elif self.accept(":"):
                 slices.append(self.dim_slice())
@@ -488,7 +516,8 @@ class _Parser:
         self.comma_list(")", dim_spec, "the dimension list")
         self.check_unique(syms + dims + (lvl_vars or []))
         if dim_exprs and len(dim_exprs) != len(dims):
-            missing = next(t for t in dims if t.text not in {n.text for n, _ in dim_exprs})
+            named = {n.text for n, _, _ in dim_exprs}
+            missing = next(t for t in dims if t.text not in named)
             raise self.error(f"dimension `{missing.text}` needs an expression like the others (`name = ...`)", missing)
         self.expect("->", "`->` between the dimensions and the levels")
         self.expect("(", "`(` opening the level list")
@@ -530,7 +559,7 @@ class _Parser:
             )
         inverse = None
         if dim_exprs:
-            inverse = [self.to_affine(tree, lvl_scope, sym_scope) for _, tree in dim_exprs]
+            inverse = [self.checked_affine(tree, lvl_scope, sym_scope, start) for _, start, tree in dim_exprs]
         return {
             "start": start,
             "dims": [t.text for t in dims],
@@ -538,7 +567,7 @@ class _Parser:
             "lvl_vars": [t.text for t in lvl_vars] if lvl_vars is not None else None,
             "levels": levels,
             "inverse": inverse,
-            "inverse_toks": [t for t, _ in dim_exprs],
+            "inverse_toks": [t for t, _, _ in dim_exprs],
             "slices": slices,
         }
 
@@ -642,8 +671,7 @@ class _Parser:
                     f"unknown level type suffix `-{s}` in {tok.text}: expected -nu or -no", self.text, tok.start
                 )
             extra.append(old[s])
-        sub = _Parser(" " * (tok.start + 1) + base)
-        sub.text = self.text  # errors point into the whole text
+        sub = _Parser(base, tok.start + 1, self.text)
         lt = sub.level_type()
         if sub.tok.kind != "eof":
             raise sub.fail(f"the end of level type {tok.text}")
@@ -654,60 +682,84 @@ class _Parser:
         return tok, lt
 
     # -- expressions -----------------------------------------------------------------------------
+    # A tree node is ("num", value, None, tok, depth) | ("var", name, None, tok, depth)
+    # | ("neg", node, None, tok, depth) | (op, lhs, rhs, op_tok, depth), where depth counts the
+    # divisions (`floordiv`, `ceildiv`, `mod`) nested in the node. Operators of one precedence
+    # make left-deep chains, which the parser builds and `to_affine` walks with loops; only
+    # parentheses recurse, and they are bounded by MAX_NESTING as they are read.
     def expr_tree(self):
-        """`term (('+' | '-') term)*` as a tree: ("num", v, tok) | ("var", name, tok) | (op, a, b, tok)."""
+        """`term (('+' | '-') term)*` as a tree."""
         node = self.term()
         while self.at("+") or self.at("-"):
             op = self.advance()
-            node = (op.text, node, self.term(), op)
+            rhs = self.term()
+            node = (op.text, node, rhs, op, max(node[4], rhs[4]))
         return node
 
     def term(self):
+        """`factor (('*' | 'floordiv' | 'ceildiv' | 'mod') factor)*` as a tree."""
         node = self.factor()
         while self.at("*") or self.at("floordiv") or self.at("ceildiv") or self.at("mod"):
             op = self.advance()
-            node = (op.text, node, self.factor(), op)
+            rhs = self.factor()
+            depth = max(node[4], rhs[4]) + (op.text != "*")
+            if depth > MAX_NESTING:
+                raise self.error(
+                    f"the expression is nested deeper than {MAX_NESTING} levels of `floordiv`, `ceildiv` and `mod`",
+                    op,
+                )
+            node = (op.text, node, rhs, op, depth)
         return node
 
     def factor(self):
+        """`'-'* operand`: the signs are counted in a loop (`- - i` is `i`)."""
         tok = self.tok
-        if self.accept("-"):
-            return ("neg", self.factor(), None, tok)
+        negate = False
+        while self.accept("-"):
+            negate = not negate
+        node = self.operand()
+        return ("neg", node, None, tok, node[4]) if negate else node
+
+    def operand(self):
+        tok = self.tok
         if self.accept("("):
+            self.nesting += 1
+            if self.nesting > MAX_NESTING:
+                raise self.error(f"the expression is nested deeper than {MAX_NESTING} levels of parentheses", tok)
             node = self.expr_tree()
             self.expect(")", "`)` closing the parenthesised expression")
+            self.nesting -= 1
             return node
         if tok.kind == "int":
-            return ("num", int(self.advance().text), None, tok)
+            return ("num", int(self.advance().text), None, tok, 0)
         if tok.kind == "ident" and tok.text not in ("floordiv", "ceildiv", "mod"):
-            return ("var", self.advance().text, None, tok)
+            return ("var", self.advance().text, None, tok, 0)
         raise self.fail("an affine expression (a variable, an integer or `(`)")
 
     def expr(self, dims, syms, allow_counter=False, scope=None) -> LevelExpr:
+        start = self.tok
         tree = self.expr_tree()
         if scope is None:
             scope = ({t.text: k for k, t in enumerate(dims)}, {t.text: k for k, t in enumerate(syms)})
         dim_scope, sym_scope = scope
         if allow_counter:
-            counter = self.counter(tree, dim_scope, sym_scope)
+            counter = self.counter(tree, dim_scope, sym_scope, start)
             if counter is not None:
                 return counter
-        return self.to_affine(tree, dim_scope, sym_scope)
+        return self.checked_affine(tree, dim_scope, sym_scope, start)
 
-    def counter(self, tree, dim_scope, sym_scope) -> LevelCounter | None:
+    def counter(self, tree, dim_scope, sym_scope, start: _Tok) -> LevelCounter | None:
         """`c * K * i` in any order (a symbol, a positive constant, a dimension)."""
-        factors = []
-
-        def flatten(n):
-            if n[0] == "*":
-                flatten(n[1])
-                flatten(n[2])
-            else:
-                factors.append(n)
-
         if tree[0] != "*":
             return None
-        flatten(tree)
+        factors = []
+        stack = [tree]
+        while stack:
+            n = stack.pop()
+            if n[0] == "*":
+                stack.extend((n[2], n[1]))
+            else:
+                factors.append(n)
         syms = [f for f in factors if f[0] == "var" and f[1] in sym_scope]
         dims_ = [f for f in factors if f[0] == "var" and f[1] in dim_scope]
         nums = [f for f in factors if f[0] == "num"]
@@ -716,41 +768,104 @@ class _Parser:
         slices = 1
         for f in nums:
             slices *= f[1]
+            if slices > INT64_MAX:
+                raise self.error(f"the counting level's number of slices exceeds {INT64_MAX} (a 64-bit integer)", start)
         if slices <= 0:
             raise self.error("a counting level needs a positive number of slices", nums[0][3] if nums else tree[3])
         return LevelCounter(sym_scope[syms[0][1]], dim_scope[dims_[0][1]], slices)
 
+    def checked_affine(self, tree, dim_scope, sym_scope, start: _Tok) -> AffineExpr:
+        """`to_affine`, then every coefficient, constant and divisor of the canonical form must fit
+        int64 (sums are checked here, once: `i * K - i * K` is fine whatever K)."""
+        e = self.to_affine(tree, dim_scope, sym_scope)
+        value = _beyond_int64(e)
+        if value is not None:
+            raise self.error(
+                f"the expression holds {value} (a coefficient, constant or divisor of its canonical form), "
+                f"which does not fit a 64-bit integer (at most {INT64_MAX})",
+                start,
+            )
+        return e
+
     def to_affine(self, node, dim_scope, sym_scope) -> AffineExpr:
         kind = node[0]
-        tok = node[3]
+        if kind in ("+", "-"):
+            return self.sum_to_affine(node, dim_scope, sym_scope)
+        if kind in _MUL_OPS:
+            return self.product_to_affine(node, dim_scope, sym_scope)
         if kind == "num":
             return const(node[1])
-        if kind == "var":
-            name = node[1]
-            if name in dim_scope:
-                return dim(dim_scope[name])
-            if name in sym_scope:
-                return symbol(sym_scope[name])
-            known = list(dim_scope) + list(sym_scope)
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean `{close[0]}`?" if close else ""
-            raise self.error(f"unknown variable `{name}`: expected one of {', '.join(known) or '(none)'}{hint}", tok)
         if kind == "neg":
             return -self.to_affine(node[1], dim_scope, sym_scope)
-        a = self.to_affine(node[1], dim_scope, sym_scope)
-        b = self.to_affine(node[2], dim_scope, sym_scope)
-        try:
-            if kind == "+":
-                return a + b
-            if kind == "-":
-                return a - b
-            if kind == "*":
-                return a * b
+        name, tok = node[1], node[3]
+        if name in dim_scope:
+            return dim(dim_scope[name])
+        if name in sym_scope:
+            return symbol(sym_scope[name])
+        known = list(dim_scope) + list(sym_scope)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        listed = ", ".join(known[:8]) + (f", ... ({len(known)} in all)" if len(known) > 8 else "")
+        raise self.error(f"unknown variable `{name}`: expected one of {listed or '(none)'}{hint}", tok)
+
+    def sum_to_affine(self, node, dim_scope, sym_scope) -> AffineExpr:
+        """A chain `a + b - c ...`: the summands are added pairwise, in a balanced tree, so a long sum
+        costs n log n and not n^2."""
+        summands = []
+        while node[0] in ("+", "-"):
+            summands.append((node[0] == "-", node[2]))
+            node = node[1]
+        summands.append((False, node))
+        parts = []
+        for negate, sub in reversed(summands):
+            e = self.to_affine(sub, dim_scope, sym_scope)
+            parts.append(-e if negate else e)
+        while len(parts) > 1:
+            parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k] for k in range(0, len(parts), 2)]
+        return parts[0]
+
+    def product_to_affine(self, node, dim_scope, sym_scope) -> AffineExpr:
+        """A chain `a * 2 floordiv 3 mod 4 ...`, left to right. Constant factors gather in `scale`,
+        applied once before a division and at the end, so `x * 2 * 2 ...` rescales x once; `scale`
+        must stay within int64 (MLIR's affine constants are int64)."""
+        ops = []
+        while node[0] in _MUL_OPS:
+            ops.append(node)
+            node = node[1]
+        acc = self.to_affine(node, dim_scope, sym_scope)
+        scale = 1
+        if acc.is_constant:
+            scale, acc = acc.constant, None  # None: the product so far is the constant `scale`
+        for op_node in reversed(ops):
+            op, tok = op_node[0], op_node[3]
+            b = self.to_affine(op_node[2], dim_scope, sym_scope)
+            if op == "*":
+                if b.is_constant:
+                    scale = self.checked_scale(scale * b.constant, tok)
+                elif acc is None:
+                    acc = b
+                else:
+                    raise self.error(
+                        f"not an affine expression: non-affine product `({acc.scale(scale)}) * ({b})`: "
+                        "one side must be a constant",
+                        tok,
+                    )
+                continue
             if not b.is_constant or b.constant <= 0:
-                raise self.error(f"`{kind}` needs a positive integer divisor, but got `{b}`", tok)
-            return {"floordiv": a.floordiv, "ceildiv": a.ceildiv, "mod": a.mod}[kind](b.constant)
-        except IndexingMapError as e:
-            raise self.error(f"not an affine expression: {e}", tok) from None
+                raise self.error(f"`{op}` needs a positive integer divisor, but got `{b}`", tok)
+            if b.constant > INT64_MAX:
+                raise self.error(f"the divisor {b.constant} does not fit a 64-bit integer (at most {INT64_MAX})", tok)
+            lhs = const(scale) if acc is None else acc.scale(scale)
+            acc = {"floordiv": lhs.floordiv, "ceildiv": lhs.ceildiv, "mod": lhs.mod}[op](b.constant)
+            scale = 1
+            if acc.is_constant:
+                scale, acc = acc.constant, None
+        return const(scale) if acc is None else acc.scale(scale)
+
+    def checked_scale(self, value: int, tok: _Tok) -> int:
+        if abs(value) > INT64_MAX:
+            raise self.error(f"the coefficient {value} does not fit a 64-bit integer (at most {INT64_MAX})", tok)
+        return value
 
     # -- assembling and checking -----------------------------------------------------------------
     def build(self, entries: dict, open_tok: _Tok) -> SparseTensorEncoding:
@@ -834,10 +949,11 @@ class _Parser:
                         )
             if isinstance(exprs[k], LevelCounter) and lt.format != "dense":
                 raise self.error("a counting level (`c * K * i`) must be dense", toks[k])
-        derived = _derive_inverse(exprs, len(dims))
+        subst = _level_substitution(exprs)
+        derived = _derive_inverse(exprs, len(dims), subst)
         if inverse is not None:
             for k, inv in enumerate(inverse):
-                if not _composes_to_identity(inv, k, exprs):
+                if not _composes_to_identity(inv, k, exprs, subst):
                     raise self.error(
                         f"the expression of dimension `{dims[k]}` is not the inverse of the level expressions",
                         inverse_toks[k],
@@ -869,47 +985,74 @@ def _canonical_key(key: str) -> str:
     }.get(key, key)
 
 
-def _derive_inverse(exprs: Sequence[LevelExpr], n_dims: int) -> tuple[AffineExpr, ...] | None:
+def _derive_inverse(
+    exprs: Sequence[LevelExpr], n_dims: int, subst: dict[int, AffineExpr]
+) -> tuple[AffineExpr, ...] | None:
     """Levels -> dimensions for permutations and `floordiv`/`mod` blocks (MLIR's inference):
-    `d` at level l gives `d = l`; `d floordiv c` at l and `d mod c` at l' give `d = c * l + l'`."""
+    `d` at level l gives `d = l`; `d floordiv c` at l and `d mod c` at l' give `d = c * l + l'`
+    (the first such levels). One pass over the levels, then one look-up per dimension."""
+    plain: dict[int, int] = {}  # dimension -> the first level that is exactly it
+    divided: dict[int, list[tuple[int, int]]] = {}  # dimension -> (level, c) of each `d floordiv c`
+    remainder: dict[tuple[int, int], int] = {}  # (dimension, c) -> the first level `d mod c`
+    for k, e in enumerate(exprs):
+        atom = e.atom if isinstance(e, AffineExpr) else None
+        if isinstance(atom, DimId):
+            plain.setdefault(atom.index, k)
+            continue
+        inner = atom.lhs.atom if isinstance(atom, FloorDiv | Mod) else None
+        if isinstance(atom, FloorDiv) and isinstance(inner, DimId):
+            divided.setdefault(inner.index, []).append((k, atom.divisor))
+        elif isinstance(atom, Mod) and isinstance(inner, DimId):
+            remainder.setdefault((inner.index, atom.divisor), k)
     out = []
     for d in range(n_dims):
-        found = None
-        for k, e in enumerate(exprs):
-            if isinstance(e, AffineExpr) and e == dim(d):
-                found = dim(k)
-                break
-        if found is None:
-            for k, e in enumerate(exprs):
-                atom = e.atom if isinstance(e, AffineExpr) else None
-                if not (isinstance(atom, FloorDiv) and atom.lhs == dim(d)):
-                    continue
-                for k2, e2 in enumerate(exprs):
-                    atom2 = e2.atom if isinstance(e2, AffineExpr) else None
-                    if isinstance(atom2, Mod) and atom2.lhs == dim(d) and atom2.divisor == atom.divisor:
-                        found = dim(k) * atom.divisor + dim(k2)
-                        break
-                if found is not None:
-                    break
-        if found is None:
+        if d in plain:
+            out.append(dim(plain[d]))
+            continue
+        block = next(((k, c) for k, c in divided.get(d, ()) if (d, c) in remainder), None)
+        if block is None:
             return None
-        out.append(found)
-    if not all(_composes_to_identity(inv, d, exprs) for d, inv in enumerate(out)):
-        return None
+        k, c = block
+        inv = dim(k) * c + dim(remainder[(d, c)])
+        if not _composes_to_identity(inv, d, exprs, subst):
+            return None
+        out.append(inv)
     return tuple(out)
 
 
-def _composes_to_identity(inv: AffineExpr, d: int, exprs: Sequence[LevelExpr]) -> bool:
-    """`inv(levels(dims)) == d` as canonical affine expressions."""
-    if any(isinstance(exprs[k], LevelCounter) for k in inv.dims_used() if k < len(exprs)):
+def _level_substitution(exprs: Sequence[LevelExpr]) -> dict[int, AffineExpr]:
+    """Level variable k -> its expression over the dimensions (counting levels have none)."""
+    return {k: e for k, e in enumerate(exprs) if isinstance(e, AffineExpr)}
+
+
+def _composes_to_identity(inv: AffineExpr, d: int, exprs: Sequence[LevelExpr], subst: dict[int, AffineExpr]) -> bool:
+    """`inv(levels(dims)) == d` as canonical affine expressions (`subst`: `_level_substitution`)."""
+    atom = inv.atom
+    if isinstance(atom, DimId):  # the common case, a level variable: no substitution needed
+        return atom.index < len(exprs) and exprs[atom.index] == dim(d)
+    used = inv.dims_used()
+    if any(k >= len(exprs) or isinstance(exprs[k], LevelCounter) for k in used):
         return False
-    if any(k >= len(exprs) for k in inv.dims_used()):
-        return False
-    subst = {k: e for k, e in enumerate(exprs) if isinstance(e, AffineExpr)}
     try:
         return inv.substitute(subst) == dim(d)
     except IndexingMapError:
         return False
+
+
+def _beyond_int64(e: AffineExpr) -> int | None:
+    """A coefficient, constant or divisor of `e` (nested ones included) outside int64, if any."""
+    if abs(e.constant) > INT64_MAX:
+        return e.constant
+    for atom, k in e.terms:
+        if abs(k) > INT64_MAX:
+            return k
+        if isinstance(atom, FloorDiv | Mod):
+            if atom.divisor > INT64_MAX:
+                return atom.divisor
+            inner = _beyond_int64(atom.lhs)
+            if inner is not None:
+                return inner
+    return None
 
 
 def parse_encoding(text: str) -> SparseTensorEncoding:

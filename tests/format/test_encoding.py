@@ -320,3 +320,144 @@ def test_round_trip_drawn(rank, data, pos_width, crd_width):
     assert sp.parse_encoding(str(enc)) == enc
     assert enc.lvl_to_dim is not None
     assert len(enc.lvl_to_dim) == rank
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile text: a named error with the position, or the right encoding; never a Python error,
+# never a quadratic wait.
+
+CSR_MAP = "(i, j) -> (%s : dense, j : compressed)"
+INT64_MAX = 2**63 - 1
+
+
+def _nested(depth: int) -> str:
+    return E % (CSR_MAP % ("(" * depth + "i" + ")" * depth))
+
+
+def _nth(text: str, marker: str, n: int) -> int:
+    """The position of the n-th (1-based) occurrence of `marker` in `text`."""
+    at = -1
+    for _ in range(n):
+        at = text.index(marker, at + 1)
+    return at
+
+
+FLOORDIV_CHAIN = E % (CSR_MAP % ("i" + " floordiv 2" * 400))
+MOD_CHAIN = E % (CSR_MAP % ("i" + " mod 2" * 100))
+WIDE_WIDTH = E % "(i, j) -> (i : dense, j : compressed), posWidth = " + "1" * 5000 + " }>"
+WIDE_COEFF = E % (CSR_MAP % ("i * " + "9" * 5000))
+
+
+@pytest.mark.parametrize(
+    ("text", "at", "message"),
+    [
+        (_nested(400), _nth(_nested(400), "(", 2 + 65), "nested deeper than 64"),
+        (FLOORDIV_CHAIN, _nth(FLOORDIV_CHAIN, "floordiv", 65), "nested deeper than 64"),
+        (MOD_CHAIN, _nth(MOD_CHAIN, "mod", 65), "nested deeper than 64"),
+        (WIDE_WIDTH, WIDE_WIDTH.index("1" * 5000), "does not fit a 64-bit integer"),
+        (WIDE_COEFF, WIDE_COEFF.index("9" * 5000), "does not fit a 64-bit integer"),
+    ],
+)
+def test_deep_or_huge_text_raises_with_position(text, at, message):
+    with pytest.raises(sp.EncodingError) as info:
+        sp.parse_encoding(text)
+    assert message in str(info.value), str(info.value)[:400]
+    assert info.value.position == at, (info.value.position, at, str(info.value)[:400])
+
+
+@pytest.mark.parametrize(
+    ("text", "at", "message"),
+    [
+        (E % (CSR_MAP % "i floordiv 10000000000000000000"), "10000000000000000000", "does not fit"),
+        (E % (CSR_MAP % "i * 4611686018427387904 * 4"), "* 4 ", "does not fit a 64-bit integer"),
+        (E % (CSR_MAP % "i * 4 * 4611686018427387904"), "* 4611686018427387904", "does not fit a 64-bit integer"),
+        (E % (CSR_MAP % "i floordiv 4294967296 floordiv 4294967296"), "i floordiv", "18446744073709551616"),
+        (E % (CSR_MAP % "i + 9223372036854775807 + 1"), "i +", "9223372036854775808"),
+        (E % (CSR_MAP % "i floordiv (4611686018427387904 + 4611686018427387904)"), "floordiv", "does not fit"),
+        (E % "[c](i, j) -> (c * 4611686018427387904 * 4 * i : dense, i : dense, j : compressed)", "c *", "slices"),
+        (E % "(i, j) -> (i : dense, j : n_out_of_m(2, 99999999999999999999))", "99999999999999999999", "fit"),
+        (E % "(i : #sparse_tensor<slice(99999999999999999999, 1, 1)>, j) -> (i : dense, j : dense)", "999", "fit"),
+    ],
+)
+def test_numbers_beyond_int64_raise_with_position(text, at, message):
+    with pytest.raises(sp.EncodingError) as info:
+        sp.parse_encoding(text)
+    assert message in str(info.value), str(info.value)[:400]
+    assert info.value.position == text.index(at), (info.value.position, text.index(at), str(info.value)[:400])
+
+
+def test_nesting_up_to_the_bound_parses():
+    enc = sp.parse_encoding(_nested(64))
+    assert enc == sp.parse_encoding(E % (CSR_MAP % "i"))
+    chain = sp.parse_encoding(E % (CSR_MAP % ("i" + " floordiv 2" * 20)))
+    assert chain.level_exprs[0] == dim(0) // 2**20
+
+
+def test_long_unary_minus_chains_and_sums_are_right():
+    assert sp.parse_encoding(E % (CSR_MAP % ("-" * 1000 + "i"))) == sp.parse_encoding(E % (CSR_MAP % "i"))
+    odd = sp.parse_encoding(E % (CSR_MAP % ("-" * 1001 + "i + 4")))
+    assert odd.level_exprs[0] == 4 - dim(0)
+    total = sp.parse_encoding(E % (CSR_MAP % " + ".join(["i"] * 1000)))
+    assert total.level_exprs[0] == dim(0) * 1000
+    diff = sp.parse_encoding(E % (CSR_MAP % ("i * 1000" + " - i" * 999)))
+    assert diff.level_exprs[0] == dim(0)
+    product = sp.parse_encoding(E % (CSR_MAP % ("i" + " * 1" * 1000 + " * 3")))
+    assert product.level_exprs[0] == dim(0) * 3
+    big = sp.parse_encoding(E % (CSR_MAP % "i * 9223372036854775807"))
+    assert big.level_exprs[0] == dim(0) * INT64_MAX
+    assert sp.parse_encoding(str(big)) == big
+    zeros = sp.parse_encoding(E % "(i, j) -> (i : dense, j : compressed), posWidth = 00000000000000000000000032")
+    assert zeros.pos_width == 32
+
+
+def _best_of(runs: int, fn) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _many_dims(n: int) -> str:
+    dims = ", ".join(f"d{k}" for k in range(n))
+    levels = ", ".join(f"d{k} : dense" for k in reversed(range(n)))
+    return E % f"({dims}) -> ({levels})"
+
+
+def test_parse_time_is_linear_in_the_text():
+    """2000 dimensions (about 37 KB) well under 0.1 s; 3000 old-style level types likewise."""
+    text = _many_dims(2000)
+    enc = sp.parse_encoding(text)
+    assert enc.dim_rank == 2000 and enc.lvl_to_dim[0] == dim(1999)
+    assert _best_of(3, lambda: sp.parse_encoding(text)) < 0.1
+    old = "#sparse_tensor.encoding<{ lvlTypes = [" + ", ".join(['"dense"'] * 3000) + "] }>"
+    assert sp.parse_encoding(old).lvl_rank == 3000
+    assert _best_of(3, lambda: sp.parse_encoding(old)) < 0.1
+    blocks = E % (
+        "("
+        + ", ".join(f"d{k}" for k in range(500))
+        + ") -> ("
+        + ", ".join(f"d{k} floordiv 2 : dense" for k in range(500))
+        + ", "
+        + ", ".join(f"d{k} mod 2 : dense" for k in range(500))
+        + ")"
+    )
+    assert sp.parse_encoding(blocks).lvl_to_dim[499] == dim(499) * 2 + dim(999)
+    assert _best_of(3, lambda: sp.parse_encoding(blocks)) < 0.25
+    # four times the text, about four times the time (not sixteen)
+    small, large = (
+        _best_of(3, lambda: sp.parse_encoding(_many_dims(1000))),
+        _best_of(3, lambda: sp.parse_encoding(_many_dims(4000))),
+    )
+    assert large < 8 * small + 0.02, (small, large)
+
+
+def test_wide_sums_parse_fast():
+    dims = ", ".join(f"d{k}" for k in range(1000))
+    levels = ", ".join(f"d{k} : dense" for k in range(1000))
+    text = E % f"({dims}) -> ({' + '.join(f'd{k}' for k in range(1000))} : compressed, {levels})"
+    assert len(sp.parse_encoding(text).level_exprs[0].terms) == 1000
+    assert _best_of(1, lambda: sp.parse_encoding(text)) < 0.5
