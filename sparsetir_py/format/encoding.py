@@ -241,7 +241,8 @@ def width_max(width: int) -> int:
 
 def level_size(e: LevelExpr, shape: Sequence[int]) -> int:
     """MLIR's level size: `i` -> size(i), `i floordiv c` -> ceil(size / c), `i mod c` -> c, a
-    counting level -> its number of slices; otherwise the largest value over the shape, plus one."""
+    counting level -> its number of slices; otherwise the largest value over the shape, plus one.
+    A level whose coordinates (or the steps computing them) leave int64 is an EncodingError."""
     if isinstance(e, LevelCounter):
         return e.slices
     atom = e.atom
@@ -254,23 +255,52 @@ def level_size(e: LevelExpr, shape: Sequence[int]) -> int:
         return atom.divisor
     if e.symbols_used():
         raise EncodingError(f"level expression `{e}` uses a symbol, whose value a tensor does not give")
-    hull = _expr_interval(e, [Interval(0, s - 1) for s in shape])
-    if hull.lo is None or hull.lo < 0:
+    hull = index_range(e, [Interval(0, s - 1) for s in shape], f"level expression `{e}` over the shape {tuple(shape)}")
+    if hull.is_empty:
+        return 0
+    if hull.lo < 0:
         raise EncodingError(f"level expression `{e}` can be negative over the shape {tuple(shape)}")
-    return max(0, hull.hi + 1)
+    if hull.hi + 1 > INT64_MAX:
+        raise EncodingError(
+            f"level expression `{e}` over the shape {tuple(shape)} has {hull.hi + 1} coordinates, "
+            f"more than a 64-bit index counts (at most {INT64_MAX})"
+        )
+    return hull.hi + 1
 
 
-def _expr_interval(e: AffineExpr, dims: Sequence[Interval]) -> Interval:
-    total = Interval.point(e.constant)
+def index_range(e: AffineExpr, dims: Sequence[Interval], what: str) -> Interval:
+    """The values `e` takes over the box `dims` (one interval per dimension, symbols refused),
+    computed with Python integers. Every step of evaluating `e` in int64 the way numpy does (the
+    constant, then each `coefficient * atom` added in turn, divisions of inner sums) must stay
+    within int64: else an EncodingError saying that `what` reaches the first value beyond it.
+    Empty when a dimension is empty (then nothing is evaluated)."""
+    if any(d.is_empty for d in dims):
+        return Interval.empty()
+    return _checked_range(e, dims, what)
+
+
+def _checked_range(e: AffineExpr, dims: Sequence[Interval], what: str) -> Interval:
+    total = _within_int64(Interval.point(e.constant), what)
     for atom, k in e.terms:
         if isinstance(atom, FloorDiv):
-            part = _expr_interval(atom.lhs, dims).floordiv(atom.divisor)
+            part = _checked_range(atom.lhs, dims, what).floordiv(atom.divisor)
         elif isinstance(atom, Mod):
-            part = _expr_interval(atom.lhs, dims).mod(atom.divisor)
-        else:
+            part = _checked_range(atom.lhs, dims, what).mod(atom.divisor)
+        elif isinstance(atom, DimId):
             part = dims[atom.index]
-        total = total + part.scale(k)
+        else:
+            raise EncodingError(f"{what} uses a symbol, whose value a tensor does not give")
+        total = _within_int64(total + _within_int64(part.scale(k), what), what)
     return total
+
+
+def _within_int64(r: Interval, what: str) -> Interval:
+    for end in (r.lo, r.hi):
+        if end is None or not -INT64_MAX - 1 <= end <= INT64_MAX:
+            raise EncodingError(
+                f"{what} reaches {end}, which does not fit a 64-bit index (from {-INT64_MAX - 1} to {INT64_MAX})"
+            )
+    return r
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,20 +22,42 @@ Per level type (TACO's level formats, as MLIR stores them):
 Elements are ordered by their level coordinates (MLIR's conversion sorts; `nonordered` levels are
 allowed any order and get this one too). Dense levels below a sparse one store explicit zeros
 (BSR block cells); a zero in the input at a stored coordinate of a scipy matrix stays stored.
+
+Index arithmetic is int64. Before numpy computes anything, each level's coordinate range is
+bounded from the map and the shape with Python integers (`index_range`): a level whose
+coordinates, or a step computing them, leave int64 is an `EncodingError` naming the value, never
+a wrapped coordinate. So is storage beyond `MAX_STORED_ENTRIES` entries in one array (the dense
+levels of a 2^40 x 2^40 tensor, CSR positions for 2^40 rows, an ELL level of 10^18 slices), refused
+before anything is allocated; `to_dense` and `to_scipy` likewise refuse outputs of that size.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse
 
-from ..arith.affine import AffineExpr, DimId, FloorDiv, Mod
+from ..arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod
 from ..errors import EncodingError
-from .encoding import LevelCounter, SparseTensorEncoding, parse_encoding, width_max
+from .encoding import LevelCounter, SparseTensorEncoding, index_range, parse_encoding, width_max
 
-__all__ = ["SparseTensorStorage", "argument_names", "to_storage"]
+__all__ = ["MAX_STORED_ENTRIES", "SparseTensorStorage", "argument_names", "to_storage"]
+
+#: The most entries one array of a storage (values, positions, a dense level's slots), or a dense
+#: copy made by `to_dense` / `to_scipy`, may have: 2^28 (2 GiB of float64). Larger ones are refused
+#: with an EncodingError before numpy allocates them.
+MAX_STORED_ENTRIES = 2**28
+
+
+def _check_entries(count: int, what: str) -> int:
+    if count > MAX_STORED_ENTRIES:
+        raise EncodingError(
+            f"{what} would take {count} entries, more than a storage may hold "
+            f"(MAX_STORED_ENTRIES = {MAX_STORED_ENTRIES})"
+        )
+    return count
 
 
 def argument_names(name: str, enc: SparseTensorEncoding) -> dict[str, str]:
@@ -116,12 +138,16 @@ class SparseTensorStorage:
                 f"the map of {enc} has no inverse (levels -> dimensions): give it in the explicit form "
                 "`{l0, ...}(i = ..., ...) -> (l0 = ... : ..., ...)`"
             )
+        lvl_ranges = [Interval(0, s - 1) for s in self.level_sizes]
+        for d, e in enumerate(enc.lvl_to_dim):
+            index_range(e, lvl_ranges, f"dimension `{enc.dim_names[d]}` (`{e}` over the levels)")
         count = 1
         prefix: list[np.ndarray] = []
         valid = np.ones(1, dtype=bool)
         for lvl, lt in enumerate(enc.level_types):
             size = self.level_sizes[lvl]
             if lt.format == "dense":
+                _check_entries(count * size, f"reading back level {lvl} (dense, {size} per parent)")
                 parent = np.repeat(np.arange(count), size)
                 crd = np.tile(np.arange(size, dtype=np.int64), count)
                 count *= size
@@ -145,6 +171,7 @@ class SparseTensorStorage:
                 parent = np.arange(count)
                 crd = self.coordinates[lvl].astype(np.int64)
             else:  # n_out_of_m
+                _check_entries(count * lt.n, f"reading back level {lvl} ({lt})")
                 parent = np.repeat(np.arange(count), lt.n)
                 crd = self.coordinates[lvl].astype(np.int64)
                 count *= lt.n
@@ -160,6 +187,7 @@ class SparseTensorStorage:
 
     def to_dense(self) -> np.ndarray:
         """The tensor as a dense numpy array (repeated coordinates of nonunique levels add up)."""
+        _check_entries(math.prod(self.shape), f"to_dense of shape {self.shape}")
         dims, keep = self._dim_coordinates()
         out = np.zeros(self.shape, dtype=self.values.dtype)
         np.add.at(out, tuple(dims[keep].T), self.values[keep])
@@ -170,6 +198,7 @@ class SparseTensorStorage:
         n_out_of_m trailing levels dropped; explicit zeros of compressed/singleton levels kept)."""
         if len(self.shape) != 2:
             raise EncodingError(f"to_scipy needs a 2-D tensor, but this one has shape {self.shape}; use to_dense()")
+        _check_entries(self.shape[0] + 1, f"to_scipy's CSR row pointer for {self.shape[0]} rows")
         dims, keep = self._dim_coordinates()
         values = self.values
         if self.encoding.level_types[-1].format in ("dense", "n_out_of_m"):
@@ -200,7 +229,16 @@ class SparseTensorStorage:
 
 
 def _fmt(a: np.ndarray) -> str:
-    return "( " + ", ".join(str(x) for x in a) + " )" if a.size else "( )"
+    """`( 0, 1, 2 )`; past numpy's print threshold, like numpy: `( 0, 1, 2, ..., 7, 8, 9 )`."""
+    if not a.size:
+        return "( )"
+    options = np.get_printoptions()
+    if a.size > options["threshold"]:
+        edge = options["edgeitems"]
+        items = [str(x) for x in a[:edge]] + ["..."] + [str(x) for x in a[-edge:]]
+    else:
+        items = [str(x) for x in a]
+    return "( " + ", ".join(items) + " )"
 
 
 def _eval_np(e: AffineExpr, cols: np.ndarray) -> np.ndarray:
@@ -227,7 +265,10 @@ def _entries(A) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
         coords = np.stack([np.asarray(c, dtype=np.int64) for c in coo.coords], axis=1)
         return coords.reshape(-1, len(coo.shape)), np.asarray(coo.data), tuple(coo.shape)
     if isinstance(A, np.ndarray | np.generic | list | tuple):
-        arr = np.asarray(A)
+        try:
+            arr = np.asarray(A)
+        except (ValueError, TypeError) as e:  # ragged nested lists
+            raise EncodingError(f"to_storage needs a rectangular numeric array: {e}") from None
         if arr.dtype == object or arr.dtype.kind not in "biufc":
             raise EncodingError(f"to_storage needs a numeric array, but got dtype {arr.dtype}")
         if arr.ndim == 0:
@@ -308,7 +349,23 @@ def to_storage(A, enc: SparseTensorEncoding | str, name: str = "a") -> SparseTen
     for e in enc.level_exprs:
         if isinstance(e, AffineExpr) and e.symbols_used():
             raise EncodingError(f"level expression `{e.to_string(enc.dim_names, enc.symbol_names)}` uses a symbol")
+    # Bound every level's coordinates with Python integers first, so numpy never wraps.
+    dim_ranges = [Interval(0, s - 1) for s in shape]
+    for k, e in enumerate(enc.level_exprs):
+        if isinstance(e, AffineExpr):
+            text = e.to_string(enc.dim_names, enc.symbol_names)
+            index_range(e, dim_ranges, f"level {k} (`{text}`) over the shape {shape}")
     sizes = enc.level_sizes(shape)
+    try:
+        return _store(enc, coords, vals, shape, sizes, name)
+    except MemoryError:
+        raise EncodingError(
+            f"storing the tensor of shape {shape} under {enc} needs more memory than is available"
+        ) from None
+
+
+def _store(enc, coords, vals, shape, sizes, name) -> SparseTensorStorage:
+    """to_storage once the level coordinates are known to fit int64."""
     nnz = coords.shape[0]
     lvl = [None if isinstance(e, LevelCounter) else _eval_np(e, coords) for e in enc.level_exprs]
     plain = [c for c in lvl if c is not None]
@@ -343,9 +400,11 @@ def to_storage(A, enc: SparseTensorEncoding | str, name: str = "a") -> SparseTen
         crd = L[:, k]
         size = sizes[k]
         if lt.format == "dense":
+            what = f"{size} slices" if isinstance(enc.level_exprs[k], LevelCounter) else f"size {size}"
+            count = _check_entries(count * size, f"the dense levels down to level {k} ({what})")
             parent = parent * size + crd
-            count *= size
         elif lt.format in ("compressed", "loose_compressed"):
+            _check_entries(count + 1, f"positions[{k}] ({count} parents)")
             if lt.is_unique:
                 new = np.r_[True, (parent[1:] != parent[:-1]) | (crd[1:] != crd[:-1])] if nnz else np.zeros(0, bool)
             else:
@@ -363,6 +422,8 @@ def to_storage(A, enc: SparseTensorEncoding | str, name: str = "a") -> SparseTen
         elif lt.format == "singleton":
             coordinates[k] = crd.copy()
         else:  # n_out_of_m: every group holds exactly n, padded
+            _check_entries(count * lt.m, f"level {k}'s {count} groups of {lt.m}")
+            _check_entries(count * lt.n, f"level {k} ({count} groups of {lt.n})")
             occupied = np.zeros((count, lt.m), dtype=bool)
             occupied[parent, crd] = True
             per_group = occupied.sum(axis=1)

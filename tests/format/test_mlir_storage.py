@@ -331,3 +331,88 @@ def test_drawn_ell_and_2_4(A):
     st = sp.to_storage(B, NV_24)
     np.testing.assert_array_equal(st.to_dense(), B.toarray())
     assert st.nse == A.shape[0] * -(-A.shape[1] // 4) * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage that cannot exist: a named error with the offending value, before numpy allocates or
+# wraps; never a numpy error, never a silently wrong coordinate.
+
+HUGE = 2**40
+
+
+def _one_element(shape, at):
+    return scipy.sparse.coo_matrix(([1.0], ([at[0]], [at[1]])), shape=shape)
+
+
+@pytest.mark.parametrize(
+    ("A", "enc", "message"),
+    [
+        # dense levels of a 2^40 x 2^40 tensor (2^80 values; the first level alone is too many)
+        (_one_element((HUGE, HUGE), (3, 4)), DENSE, "1099511627776 entries"),
+        (_one_element((2**20, 2**20), (3, 4)), DENSE, "1099511627776 entries"),
+        # CSR's positions of 2^20 + 1 entries are fine, 2^40 + 1 are not
+        (_one_element((HUGE, 2), (3, 1)), CSR, "1099511627776"),
+        (_one_element((2**20, HUGE), (3, 4)), E % "(i, j) -> (i : dense, j : compressed, j : dense)", "1099511627776"),
+        # ELL with 1111111111111111111 slices per row
+        (np.eye(3), E % "[c](i, j) -> (c * 1111111111111111111 * i : dense, i : dense, j : compressed)", "slices"),
+        (np.eye(3), E % "[c](i, j) -> (c * 1111111111111111111 * i : dense, i : dense, j : compressed)", "1111111111"),
+        # coordinates that wrap in int64: element (4, 1) would land on 1
+        (
+            _one_element((5, 2), (4, 1)),
+            E % "(i, j) -> (i * 4611686018427387904 + j : compressed)",
+            "18446744073709551616",
+        ),
+        (
+            np.eye(3),
+            E % "(i, j) -> (i : dense, j floordiv 4611686018427387904 floordiv 4 : compressed)",
+            "does not fit",
+        ),
+        (np.eye(3), E % "(i, j) -> (i : dense, j floordiv 10000000000000000000 : compressed)", "does not fit"),
+        (np.eye(3), E % "(i, j) -> (i * 9223372036854775807 : dense, j : compressed)", "does not fit"),
+        (np.eye(3), E % "(i, j) -> (i : dense, j - 9223372036854775807 - 9 : compressed)", "does not fit"),
+        (np.eye(3), E % "(i, j) -> (i : dense, j - 9223372036854775807 : compressed)", "can be negative"),
+        (np.eye(3), E % "(i, j) -> (i : dense, 9223372036854775807 - j : compressed)", "9223372036854775808"),
+        (np.eye(3), E % "(i, j) -> (i : dense, (j + 9223372036854775807) floordiv 2 : compressed)", "does not fit"),
+        (
+            np.eye(3),
+            E % "(i, j) -> (i : dense, j : dense, j mod 4611686018427387904 : n_out_of_m(2, 4611686018427387904))",
+            "groups of 4611686018427387904",
+        ),
+    ],
+)
+def test_storage_that_cannot_exist_raises(A, enc, message):
+    with pytest.raises((sp.EncodingError, sp.InputError)) as info:
+        sp.to_storage(A, enc)
+    assert message in str(info.value), str(info.value)
+
+
+def test_coordinates_near_the_int64_limit_are_exact():
+    """`i * 2^62 + j` fits int64 on a 2 x 2 matrix: element (1, 1) is stored at 2^62 + 1."""
+    st = sp.to_storage(_one_element((2, 2), (1, 1)), E % "(i, j) -> (i * 4611686018427387904 + j : compressed)")
+    assert st.coordinates[0].tolist() == [2**62 + 1]
+    assert st.level_sizes == (2**62 + 2,)
+
+
+def test_huge_shapes_store_sparsely_and_refuse_dense_copies():
+    A = _one_element((HUGE, HUGE), (3, 4))
+    st = sp.to_storage(A, COO)
+    assert st.coordinates[1].tolist() == [4] and st.values.tolist() == [1.0]
+    with pytest.raises(sp.EncodingError, match="1208925819614629174706176"):
+        st.to_dense()
+    with pytest.raises(sp.EncodingError, match="1099511627776 rows"):
+        st.to_scipy()
+    dcsr = sp.to_storage(A, DCSR)
+    assert dcsr.positions[0].tolist() == [0, 1] and dcsr.coordinates[0].tolist() == [3]
+
+
+def test_print_summarises_long_arrays():
+    """Like numpy: an array over its print threshold shows its first and last 3 entries."""
+    A = scipy.sparse.random(200, 300, density=0.1, format="csr", random_state=0)
+    text = str(sp.to_storage(A, CSR))
+    assert len(text) < 2000
+    assert "positions[1] : ( 0, " in text and ", ..., " in text
+    assert f"nse = {A.nnz}" in text
+    small = str(sp.to_storage(np.eye(3), CSR))
+    assert "..." not in small and "values : ( 1.0, 1.0, 1.0 )" in small
+    with np.printoptions(threshold=10**9):
+        assert "..." not in str(sp.to_storage(A, CSR))
