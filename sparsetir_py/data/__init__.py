@@ -344,24 +344,39 @@ class _NpzArrays:
 
 
 # -------------------------------------------------------------------- Matrix Market
+# The characters the numbers of a Matrix Market body may use, per field (indices are digits).
+# scipy's reader parses the longest number at the start of a token and ignores the rest, so
+# `2,5` would read as 2, `0x10` as 0 and an integer `1.5` as 1: the body is checked first.
+_DIGITS = b"0123456789"
+_BODY_CHARACTERS = {
+    "pattern": _DIGITS,
+    "integer": _DIGITS + b"+-",
+    "real": _DIGITS + b"+-.eE" + b"nanNANinfINFityITY",
+    "double": _DIGITS + b"+-.eE" + b"nanNANinfINFityITY",
+}
+_WHITESPACE = np.zeros(256, bool)
+_WHITESPACE[list(b" \t\r\n\v\f")] = True
+_CHUNK = 1 << 22
+
+
 def _read_matrix_market(file: Path):
-    """The matrix of a Matrix Market file (COO), after its header was checked: a real field, a
-    dense `array` of at most MAX_DENSE_ENTRIES, and no more entries than the file or the memory
-    can hold."""
+    """The matrix of a Matrix Market file (COO), read by scipy once the file was checked: a real
+    field, a square matrix where it is symmetric, a dense `array` of at most MAX_DENSE_ENTRIES,
+    and a body of exactly the numbers the header declares, each made of the characters of its
+    field, so that neither a lying header nor a mangled number reaches scipy's reader."""
     from scipy.io import mminfo, mmread
 
     label = file.name
     try:
-        # scipy's reader takes a path or a stream; a path it opens itself (and decompresses only
-        # after a lower-case suffix), and it aborts the process on closing some streams early (a
-        # real file's, once `mminfo` has read the header). So a plain file goes by its path and a
-        # compressed one, decompressed here, as bytes in memory.
-        source = str(file) if not _compressed(file) else io.BytesIO(_decompressed(file))
-        rows, cols, entries, layout, field, symmetry = mminfo(source)
-        _check_matrix_market_header(file, rows, cols, entries, layout, field, symmetry)
-        if isinstance(source, io.BytesIO):
-            source.seek(0)
-        matrix = mmread(source)
+        text = _file_bytes(file)
+        # A stream, not the path: scipy's reader decompresses only after a lower-case suffix.
+        rows, cols, entries, layout, field, symmetry = mminfo(io.BytesIO(text))
+        numbers, per_line = _check_matrix_market_header(label, rows, cols, entries, layout, field, symmetry)
+        _check_matrix_market_body(label, text, numbers, per_line, field)
+        if numbers == 0:
+            # scipy's reader divides by the row count of an empty dense array (the process dies).
+            return scipy.sparse.coo_matrix((rows, cols))
+        matrix = mmread(io.BytesIO(text))
     except _READ_ERRORS as e:
         raise InputError(f"in `load_matrix`: cannot read {label} as a matrix: {_reason(e)}") from None
     if scipy.sparse.issparse(matrix):
@@ -369,6 +384,11 @@ def _read_matrix_market(file: Path):
         matrix = scipy.sparse.coo_matrix(matrix)
         check_shape(matrix.shape, label, _INT64_MAX, "indices are at most 64-bit")
         check_coo(matrix.shape, (matrix.row, matrix.col), matrix.data, label)
+        if symmetry == "skew-symmetric" and (matrix.row == matrix.col).any():
+            row = int(matrix.row[np.argmax(matrix.row == matrix.col)])
+            raise InputError(
+                f"in `load_matrix`: {label} is skew-symmetric but stores the diagonal entry ({row + 1}, {row + 1})"
+            )
         return matrix
     matrix = np.asarray(matrix)
     if matrix.ndim != 2:
@@ -377,18 +397,18 @@ def _read_matrix_market(file: Path):
     return scipy.sparse.coo_matrix(matrix)
 
 
-def _compressed(file: Path) -> bool:
-    return file.name.lower().endswith((".gz", ".bz2"))
-
-
-def _decompressed(file: Path) -> bytearray:
-    """The bytes of a `.gz` / `.bz2` file (after its suffix, in any case), read in chunks up to
-    the memory budget: a small file may expand to any size."""
-    opener = gzip.open if file.name.lower().endswith(".gz") else bz2.open
+def _file_bytes(file: Path) -> bytearray | bytes:
+    """The file's bytes, decompressed after a `.gz` / `.bz2` suffix (in any case), in chunks up
+    to the memory budget: a small compressed file may expand to any size."""
+    name = file.name.lower()
     budget = _memory_bytes() // 2
+    if not name.endswith((".gz", ".bz2")):
+        _check_allocation(file.name, f"{file.stat().st_size} bytes", file.stat().st_size)
+        return file.read_bytes()
+    opener = gzip.open if name.endswith(".gz") else bz2.open
     out = bytearray()
     with opener(file, "rb") as f:
-        while chunk := f.read(1 << 24):
+        while chunk := f.read(_CHUNK):
             out += chunk
             if len(out) > budget:
                 raise InputError(
@@ -399,11 +419,17 @@ def _decompressed(file: Path) -> bytearray:
 
 
 def _check_matrix_market_header(
-    file: Path, rows: int, cols: int, entries: int, layout: str, field: str, symmetry: str
-) -> None:
-    label = file.name
+    label: str, rows: int, cols: int, entries: int, layout: str, field: str, symmetry: str
+) -> tuple[int, int]:
+    """How many numbers the body must hold, and on each line, once the header passed: a real field, a square
+    matrix where it is symmetric, a dense array of at most MAX_DENSE_ENTRIES, and no more than
+    the memory holds."""
     if field == "complex" or symmetry == "hermitian":
         raise InputError(f"in `load_matrix`: {label} holds complex values; only real values are supported")
+    if field not in _BODY_CHARACTERS:
+        raise InputError(f"in `load_matrix`: {label} has the field {field!r}; expected real, integer or pattern")
+    if symmetry != "general" and rows != cols:
+        raise InputError(f"in `load_matrix`: {label} is {symmetry} but not square ({rows} x {cols})")
     if layout == "array":
         if rows * cols > MAX_DENSE_ENTRIES:
             raise InputError(
@@ -411,15 +437,75 @@ def _check_matrix_market_header(
                 f"at most {MAX_DENSE_ENTRIES} entries are read from a dense file (store it as coordinate)"
             )
         _check_allocation(label, f"a dense {rows} x {cols} array", rows * cols * 8)
-        return
-    # Each entry is a line of at least "i j" and a newline; a header that promises more than
-    # the file holds would make scipy allocate them all before it finds out.
-    if not _compressed(file) and entries * 4 > file.stat().st_size:
-        raise InputError(
-            f"in `load_matrix`: {label} declares {entries} entries, but the file has only {file.stat().st_size} bytes"
-        )
+        # A symmetric array stores the lower triangle, a skew-symmetric one without the diagonal.
+        stored = {"general": rows * cols, "symmetric": rows * (rows + 1) // 2}.get(symmetry, rows * (rows - 1) // 2)
+        return stored, 1
     mirrored = 1 if symmetry == "general" else 2
     _check_allocation(label, f"{entries} entries", entries * mirrored * 24)
+    per_line = 2 if field == "pattern" else 3
+    return entries * per_line, per_line
+
+
+def _check_matrix_market_body(label: str, text: bytes | bytearray, numbers: int, per_line: int, field: str) -> None:
+    """The body (after the size line) holds `numbers` numbers, `per_line` on each line that is
+    not blank (scipy's reader ignores the rest of a line), each of the characters `field`
+    allows. With numpy, in chunks of whole lines."""
+    allowed = np.zeros(256, bool)
+    allowed[list(_BODY_CHARACTERS[field])] = True
+    allowed |= _WHITESPACE
+    view = np.frombuffer(text, np.uint8)
+    tokens = 0
+    at = _body_start(text)
+    while at < len(view) and tokens <= numbers:
+        end = text.find(b"\n", min(at + _CHUNK, len(view)))
+        end = len(view) if end < 0 else end + 1
+        chunk = view[at:end]
+        bad = ~allowed[chunk]
+        if bad.any():
+            where = at + int(np.argmax(bad))
+            raise InputError(
+                f"in `load_matrix`: {label} line {_line(text, where)}: unexpected character "
+                f"{bytes(text[where : where + 1])!r} (field {field})"
+            )
+        space = _WHITESPACE[chunk]
+        starts = ~space
+        starts[1:] &= space[:-1]  # the chunk begins a line
+        newline = chunk == ord("\n")
+        line_of = np.cumsum(newline) - newline
+        counts = np.bincount(line_of[starts], minlength=int(line_of[-1]) + 1)
+        wrong = (counts != 0) & (counts != per_line)
+        if wrong.any():
+            first = int(np.argmax(wrong))
+            where = at + (int(np.flatnonzero(newline)[first - 1]) + 1 if first else 0)
+            raise InputError(
+                f"in `load_matrix`: {label} line {_line(text, where)}: {counts[first]} numbers, "
+                f"expected {per_line} on each line"
+            )
+        tokens += int(counts.sum())
+        at = end
+    if tokens != numbers:
+        more = "more" if tokens > numbers else f"only {tokens}"
+        raise InputError(f"in `load_matrix`: {label} declares {numbers} numbers after its header, but holds {more}")
+
+
+def _line(text: bytes | bytearray, where: int) -> int:
+    return text.count(b"\n", 0, where) + 1
+
+
+def _body_start(text: bytes | bytearray) -> int:
+    """Where the entries begin: after the banner, the comment and blank lines, and the size line."""
+    at = 0
+    seen_banner = False
+    while at < len(text):
+        end = text.find(b"\n", at)
+        end = len(text) if end < 0 else end + 1
+        line = text[at:end].strip()
+        at = end
+        if not seen_banner:
+            seen_banner = True
+        elif line and not line.startswith(b"%"):
+            return at  # the size line
+    return at
 
 
 def _reason(e: BaseException) -> str:
