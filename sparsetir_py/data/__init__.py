@@ -371,7 +371,11 @@ def _read_matrix_market(file: Path):
         text = _file_bytes(file)
         # A stream, not the path: scipy's reader decompresses only after a lower-case suffix.
         rows, cols, entries, layout, field, symmetry = mminfo(io.BytesIO(text))
-        numbers, per_line = _check_matrix_market_header(label, rows, cols, entries, layout, field, symmetry)
+        banner = bytes(text[: text.find(b"\n")]).split()
+        if len(banner) > 1 and banner[1].lower() != b"matrix":  # `mminfo` reads a vector as a matrix
+            kind = banner[1].decode("ascii", errors="replace")
+            raise InputError(f"in `load_matrix`: {label} holds a Matrix Market {kind!r}, not a matrix")
+        numbers, per_line = _check_matrix_market_header(label, len(text), rows, cols, entries, layout, field, symmetry)
         _check_matrix_market_body(label, text, numbers, per_line, field)
         if numbers == 0:
             # scipy's reader divides by the row count of an empty dense array (the process dies).
@@ -419,11 +423,11 @@ def _file_bytes(file: Path) -> bytearray | bytes:
 
 
 def _check_matrix_market_header(
-    label: str, rows: int, cols: int, entries: int, layout: str, field: str, symmetry: str
+    label: str, size: int, rows: int, cols: int, entries: int, layout: str, field: str, symmetry: str
 ) -> tuple[int, int]:
-    """How many numbers the body must hold, and on each line, once the header passed: a real field, a square
-    matrix where it is symmetric, a dense array of at most MAX_DENSE_ENTRIES, and no more than
-    the memory holds."""
+    """How many numbers the body must hold, and how many on each line, once the header passed:
+    a real field, a square matrix where it is symmetric, a dense array of at most
+    MAX_DENSE_ENTRIES, and no more numbers than the file's `size` bytes or the memory hold."""
     if field == "complex" or symmetry == "hermitian":
         raise InputError(f"in `load_matrix`: {label} holds complex values; only real values are supported")
     if field not in _BODY_CHARACTERS:
@@ -436,14 +440,22 @@ def _check_matrix_market_header(
                 f"in `load_matrix`: {label} declares a dense {rows} x {cols} array ({rows * cols} entries); "
                 f"at most {MAX_DENSE_ENTRIES} entries are read from a dense file (store it as coordinate)"
             )
-        _check_allocation(label, f"a dense {rows} x {cols} array", rows * cols * 8)
         # A symmetric array stores the lower triangle, a skew-symmetric one without the diagonal.
-        stored = {"general": rows * cols, "symmetric": rows * (rows + 1) // 2}.get(symmetry, rows * (rows - 1) // 2)
-        return stored, 1
-    mirrored = 1 if symmetry == "general" else 2
-    _check_allocation(label, f"{entries} entries", entries * mirrored * 24)
-    per_line = 2 if field == "pattern" else 3
-    return entries * per_line, per_line
+        per_line = 1
+        numbers = {"general": rows * cols, "symmetric": rows * (rows + 1) // 2}.get(symmetry, rows * (rows - 1) // 2)
+        what, nbytes = f"a dense {rows} x {cols} array", rows * cols * 8
+    else:
+        per_line = 2 if field == "pattern" else 3
+        numbers = entries * per_line
+        what, nbytes = f"{entries} entries", entries * (1 if symmetry == "general" else 2) * 24
+    # Each number takes a character and a separator: a header that promises more than the file
+    # holds would make scipy's reader allocate them all before it finds out.
+    if 2 * numbers - 1 > size:
+        raise InputError(
+            f"in `load_matrix`: {label} declares {what} ({numbers} numbers), but the file has only {size} bytes"
+        )
+    _check_allocation(label, what, nbytes)
+    return numbers, per_line
 
 
 def _check_matrix_market_body(label: str, text: bytes | bytearray, numbers: int, per_line: int, field: str) -> None:
