@@ -8,16 +8,21 @@
 
 Writes `<out>/<op>.json` and `<out>/<op>.md` (default `bench/results/`) and prints a summary.
 Baselines need `pip install -e ".[bench]"`; a missing one is skipped with a note. Exit status 1
-when a result failed its check against scipy or a run of sparsetir_py failed.
+when a result failed its check against scipy or a run of sparsetir_py failed; 2 for a bad option
+(argparse's usage error) or a run that could not be carried out (one line naming the exception;
+`SPARSETIR_DEBUG=1` shows the traceback instead).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
+
+from sparsetir_py.cli import error_line, nonnegative_int, positive_float, positive_int
 
 from .graphs import DEFAULT_GRAPHS, is_graph_file, known_graphs
 from .libraries import BASELINES, OURS
@@ -56,9 +61,13 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--baselines", nargs="+", metavar="NAME", choices=ALL_BASELINES, help=f"default: {' '.join(ALL_BASELINES)}"
     )
     p.add_argument("--target", choices=["cpu", "cuda", "auto"], default="auto", help="auto: CPU, plus CUDA on a GPU")
-    p.add_argument("--repeat", type=int, help="at most this many timed calls per measurement (default 30)")
-    p.add_argument("--budget", type=float, help="seconds of timed calls per measurement, at least 3 calls (default 1)")
-    p.add_argument("--rounds", type=int, default=1, help="sweeps over all groups; keeps each one's fastest median")
+    p.add_argument("--repeat", type=positive_int, help="at most this many timed calls per measurement (default 30)")
+    p.add_argument(
+        "--budget", type=positive_float, help="seconds of timed calls per measurement, at least 3 calls (default 1)"
+    )
+    p.add_argument(
+        "--rounds", type=positive_int, default=1, help="sweeps over all groups; keeps each one's fastest median"
+    )
     p.add_argument("--schedule", metavar="NAME", help="a shipped schedule of ours by name (default: the default one)")
     p.add_argument(
         "--format",
@@ -74,8 +83,8 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="K=V",
         help="a parameter of --format, e.g. block_size=4 or buckets=[1,2,4,8] (repeatable)",
     )
-    p.add_argument("--threads", type=int, default=2, help="threads for every library (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the dense operands")
+    p.add_argument("--threads", type=positive_int, default=2, help="threads for every library (default 2)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the dense operands")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument("--smoke", action="store_true", help="cora, width 32, scipy, few calls, small STREAM")
     p.add_argument(
@@ -93,7 +102,7 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--distributed",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="run sp.distributed on a LocalCluster of N workers against single-process sp.ops instead "
         "(default graph rmat, widths 32 128; see bench/distributed.py)",
@@ -186,12 +195,46 @@ def _auto_targets() -> tuple[str, ...]:
     return ("cpu",) if cuda_missing() else ("cpu", "cuda")
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with option values that argparse's types cannot see alone; None when nothing."""
+    if args.widths and any(w <= 0 for w in args.widths):
+        return f"widths must be positive, got {args.widths}"
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file; expected a folder for the reports"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"--out {out}: cannot create the folder ({e.strerror or e})"
+    return None
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Entry point of `python -m bench`, `sparsetir-bench` and `sparsetir-py bench`; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     prog = prog or program_name()
-    args = parser(prog).parse_args(argv)
+    p = parser(prog)
+    args = p.parse_args(argv)
+    problem = check(args)
+    if problem:
+        p.error(problem)
     command = f"{prog} {shlex.join(argv)}".rstrip()
+    try:
+        return _run(args, command)
+    except SystemExit as e:
+        if isinstance(e.code, str):  # an option found wrong on the way (an unknown graph): a usage error
+            p.error(e.code)
+        raise
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # a graph file that cannot be read, a full disk: one line, status 2
+        if os.environ.get("SPARSETIR_DEBUG"):
+            raise
+        print(error_line(prog, e), file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, command: str) -> int:
     if args.distributed is not None:
         from .distributed import run as run_distributed
 

@@ -8,7 +8,9 @@
 
 Every subcommand has `--help`. An error is one line naming the exception
 (`sparsetir-py: error: InputError: ...`) and the exit status is 2 (with `SPARSETIR_DEBUG=1`, the
-traceback instead).
+traceback instead). That holds for whatever a user's script or rule file does while it runs (any
+exception, `sys.exit(...)` with any status): the line adds the file and line it came from. A bad
+option value (`--repeat 0`) is argparse's usage error, also status 2.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import runpy
 import sys
 import textwrap
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,6 +36,40 @@ class CLIError(SparseTIRError):
     """A command-line request that cannot be carried out (a missing file, nothing to show)."""
 
 
+# -------------------------------------------------------------------- option types
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """An argparse type: an integer of at least 0 (a seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number greater than 0 (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -42,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="SpMM and SDDMM on a real graph: each stage's IR, checks, times against scipy")
     demo.add_argument("--graph", default="pubmed", help="a shipped graph (default pubmed) or a .npz/.mtx file")
-    demo.add_argument("--repeat", type=int, default=20, help="timed calls per measurement (default 20)")
+    demo.add_argument("--repeat", type=positive_int, default=20, help="timed calls per measurement (default 20)")
 
     sub.add_parser(
         "bench",
@@ -209,8 +246,62 @@ def cmd_formats(args: argparse.Namespace) -> int:
 COMMANDS = {"demo": cmd_demo, "show": cmd_show, "tune": cmd_tune, "formats": cmd_formats}
 
 
+# -------------------------------------------------------------------- errors
+def _text(value: object) -> str:
+    """`str(value)`, or a stand-in when the object's own `__str__` fails (a user's exception)."""
+    try:
+        text = str(value)
+    except BaseException:  # a broken __str__ of a user's object must not hide the error
+        return f"<{type(value).__name__} that cannot be printed>"
+    return text if isinstance(text, str) else type(value).__name__
+
+
+def _where(e: BaseException, files: Sequence[str]) -> str:
+    """`name.py, line N`: the deepest frame of the traceback in one of the user's `files`; "" when none."""
+    wanted = {os.path.realpath(f) for f in files}
+    found = ""
+    for frame, lineno in traceback.walk_tb(e.__traceback__):
+        filename = frame.f_code.co_filename
+        if os.path.realpath(filename) in wanted:
+            found = f"{os.path.basename(filename)}, line {lineno}"
+    return found
+
+
+def error_line(prog: str, e: BaseException, files: Sequence[str] = ()) -> str:
+    """The one line that reports `e`: `prog: error: Type: first line of the message (file.py, line N)`.
+
+    The place is the deepest line of a user's file (`files`) the error passed through, unless the
+    message names it already; the line holds no line break, whatever the message."""
+    if isinstance(e, SystemExit):
+        code = e.code if e.code is None or type(e.code) in (int, bool) else _text(e.code)
+        message = f"the code called sys.exit({code!r})"
+    elif isinstance(e, KeyError) and e.args:
+        message = _text(e.args[0])
+    else:
+        message = _text(e)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    first = lines[0] if lines else "(no message)"
+    where = _where(e, files)
+    if isinstance(e, SyntaxError):  # its message holds the file and line when it knows them
+        where = "" if e.lineno else os.path.basename(files[0]) if files else ""
+    if where and where.split(",")[0] + ":" not in first:
+        first += f" ({where})"
+    line = " ".join(f"{prog}: error: {type(e).__name__}: {first}".splitlines())
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _user_files(args: argparse.Namespace) -> list[str]:
+    """The files of the user's whose code a subcommand runs (a script, rule files)."""
+    files = [getattr(args, "script", None), *(getattr(args, "files", None) or [])]
+    return [str(f) for f in files if f is not None]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 on an error, after one line on stderr)."""
+    """Run the command line; returns the exit status (2 on an error, after one line on stderr).
+
+    Whatever a user's script or file does is such an error, `sys.exit` in it included; only
+    Ctrl-C (`KeyboardInterrupt`) stops the command as it would any program. `SPARSETIR_DEBUG=1`
+    shows the traceback instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         from bench.__main__ import main as bench_main
@@ -223,12 +314,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `sparsetir-py show f.py | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
-    except (SparseTIRError, KeyError, ValueError, OSError) as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # a user's script may raise anything, SystemExit too
         if os.environ.get("SPARSETIR_DEBUG"):
-            raise  # the whole traceback, for a bug report
-        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        first = str(message).strip().splitlines()[0] if str(message).strip() else type(e).__name__
-        print(f"{PROG}: error: {type(e).__name__}: {first}", file=sys.stderr)
+            if isinstance(e, Exception):
+                raise  # the whole traceback, for a bug report
+            traceback.print_exc()  # SystemExit and the like would end the process without one
+            return 2
+        print(error_line(PROG, e, _user_files(args)), file=sys.stderr)
         return 2
 
 

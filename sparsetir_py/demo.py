@@ -14,6 +14,7 @@ import numpy as np
 
 import sparsetir_py as sp
 from sparsetir_py.data import load_matrix
+from sparsetir_py.errors import InputError
 from sparsetir_py.ops import sddmm_script, spmm_script
 
 FEAT = 32
@@ -29,6 +30,7 @@ def abridged(text: str, lines: int = 28) -> str:
 
 def median_ms(fn, repeat: int | None = None) -> float:
     repeat = REPEAT if repeat is None else repeat
+    _check_repeat(repeat)
     fn()  # warm up (compilation, thread pool)
     times = []
     for _ in range(repeat):
@@ -36,6 +38,20 @@ def median_ms(fn, repeat: int | None = None) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return float(np.median(times)) * 1e3
+
+
+def _check_repeat(repeat) -> None:
+    if not isinstance(repeat, int | np.integer) or isinstance(repeat, bool) or repeat < 1:
+        raise InputError(f"`repeat` must be a positive integer, got {repeat!r}")
+
+
+def max_error(result: np.ndarray, reference: np.ndarray) -> float:
+    """Largest absolute difference; 0 for empty arrays (a matrix without rows or nonzeros)."""
+    return float(np.abs(result - reference).max(initial=0.0))
+
+
+def ratio(baseline_ms: float, kernel_ms: float) -> float:
+    return baseline_ms / kernel_ms if kernel_ms > 0 else float("inf")
 
 
 def show_stages(name: str, func: sp.PrimFunc, schedule) -> None:
@@ -58,6 +74,7 @@ def show_stages(name: str, func: sp.PrimFunc, schedule) -> None:
 
 def main(graph: str = "pubmed", repeat: int = REPEAT) -> None:
     """Run the demo on a shipped graph (`sp.data.available()`) or a matrix file (.npz, .mtx)."""
+    _check_repeat(repeat)
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     from schedules import sddmm as sddmm_schedules
     from schedules import spmm as spmm_schedules
@@ -96,15 +113,15 @@ def main(graph: str = "pubmed", repeat: int = REPEAT) -> None:
     print(f"{'op':6} {'target':6} {'max abs err':>12} {'kernel ms':>10} {'base ms':>9} {'ratio':>7}")
     for target in targets:
         C = sp.ops.spmm(A, B, target=target)
-        err = float(np.abs(C - ref_spmm).max())
+        err = max_error(C, ref_spmm)
         np.testing.assert_allclose(C, ref_spmm, rtol=1e-4, atol=1e-4)
         t = median_ms(lambda target=target: sp.ops.spmm(A, B, target=target), repeat)
-        print(f"{'SpMM':6} {target:6} {err:12.2e} {t:10.2f} {t_scipy_spmm:9.2f} {t_scipy_spmm / t:7.2f}")
+        print(f"{'SpMM':6} {target:6} {err:12.2e} {t:10.2f} {t_scipy_spmm:9.2f} {ratio(t_scipy_spmm, t):7.2f}")
         S = sp.ops.sddmm(A, X, B, target=target)
-        err = float(np.abs(S.data - ref_sddmm).max())
+        err = max_error(S.data, ref_sddmm)
         np.testing.assert_allclose(S.data, ref_sddmm, rtol=1e-4, atol=1e-4)
         t = median_ms(lambda target=target: sp.ops.sddmm(A, X, B, target=target), repeat)
-        print(f"{'SDDMM':6} {target:6} {err:12.2e} {t:10.2f} {t_scipy_sddmm:9.2f} {t_scipy_sddmm / t:7.2f}")
+        print(f"{'SDDMM':6} {target:6} {err:12.2e} {t:10.2f} {t_scipy_sddmm:9.2f} {ratio(t_scipy_sddmm, t):7.2f}")
     if targets == ["cpu"]:
         print("\n(no GPU here: the CUDA target is compiled to PTX and tested under the simulator by `make test`)")
     print("bench/ compares against MKL, torch.sparse and GraphBLAS as well.")

@@ -20,6 +20,13 @@ wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, bes
 structure, the width, the target, the machine (processor, cores, threads) and this module's
 version, so a second process does not tune again.
 
+A cached entry is checked against today's candidates before it is used: every field of the
+expected type, each candidate (format, parameters, schedule) one that this version would try for
+this matrix, width and target. Anything else (an entry written by another version sharing the
+cache, a damaged or oversized file) is tuned again and overwritten, with one `CacheWarning`.
+Writes are atomic and leave no temporary file behind; a cache folder that cannot be written keeps
+the result in memory (`runtime/cache.py`).
+
 Problems too small to amortise conversion (fewer than `TIMING_GRAIN` multiply-adds) are not
 timed: the model picks among CSR schedules alone. CUDA candidates are ranked by the model but
 timed only where a GPU is present; without one, CUDA keeps CSR with its default schedule.
@@ -35,7 +42,9 @@ import json
 import math
 import os
 import platform
+import stat
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +58,7 @@ from .runtime.cpu_intrinsics import split_bound
 
 TUNE_FORMAT = 6  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
+MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
 _MEMORY: dict[str, TuneResult] = {}
 
 
@@ -269,8 +279,10 @@ def _model_csr(op: str, s: Structure, w: int, mach: Machine, imbalance: float) -
     return (gather + stream) / mach.threads * imbalance + s.m * 2e-9 + 8e-6
 
 
-def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> list[Candidate]:
-    """Every configuration worth considering for this matrix, with the model's time, best first."""
+def candidates(op: str, s: Structure, w: int, target: str, mach: Machine, *, every: bool = False) -> list[Candidate]:
+    """Every configuration worth considering for this matrix, with the model's time, best first.
+
+    `every`: also those left out below `TIMING_GRAIN` (what a cached entry may hold)."""
     out: list[Candidate] = []
     cpu = target == "cpu"
     if cpu:
@@ -313,7 +325,7 @@ def candidates(op: str, s: Structure, w: int, target: str, mach: Machine) -> lis
             out.append(Candidate("csr", {}, "csr_cpu_nonzeros", _model_csr(op, s, w, mach, 1.02) + search + xrows))
     else:
         out.append(Candidate("csr", {}, None, _model_csr(op, s, w, mach, 1.0)))
-    if s.nnz * w >= TIMING_GRAIN or not cpu:
+    if every or s.nnz * w >= TIMING_GRAIN or not cpu:
         for parts in (1, 2, 4, 8):
             if parts > 1 and (op == "sddmm" or s.n < 2048 * parts):
                 continue
@@ -402,33 +414,111 @@ def _disk_path(key: str) -> Path:
     return cache_dir() / "tune" / f"{key}.json"
 
 
-def _load(key: str, op: str) -> TuneResult | None:
+class _Damaged(Exception):
+    """A cached tuning entry that cannot be used (the reason)."""
+
+
+def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine) -> TuneResult | None:
+    """The cached result, or None when there is none (or it cannot be read: the save says why).
+    An entry that is not one today's search could have written is damage: one `CacheWarning`,
+    and None, so that it is tuned again and overwritten."""
     path = _disk_path(key)
     try:
-        data = json.loads(path.read_text())
-        cands = [Candidate(**c) for c in data["candidates"]]
-        winner = cands[data["winner"]]
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None  # missing or damaged: tune again (and overwrite)
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Damaged("not a regular file")
+        if info.st_size > MAX_ENTRY_BYTES:
+            raise _Damaged(f"{info.st_size} bytes, more than a result holds")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_ENTRY_BYTES + 1)
+        if len(raw) > MAX_ENTRY_BYTES:
+            raise _Damaged("more bytes than a result holds")
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
+            raise _Damaged(f"not JSON ({type(e).__name__})") from None
+        today = candidates(op, Structure.of(csr), feat, target, mach, every=True)
+        cands, winner = _parse_entry(data, op, today)
+    except OSError:
+        return None  # missing, or a folder that cannot be read: tune (the save reports an unusable folder)
+    except _Damaged as e:
+        from .runtime.cache import CacheWarning
+
+        warnings.warn(CacheWarning(f"tuning cache entry {path} is damaged or stale ({e}); tuning again and "
+                                   "overwriting it"), stacklevel=4)  # fmt: skip
+        return None
     seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
     return TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
                       Table(cands, winner), 0.0, key, cached=True, candidates=cands)  # fmt: skip
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))
+
+
+def _identity(format: str, params: dict, schedule: str | None) -> str:
+    """A candidate's configuration as canonical JSON: equal only for equal values of equal types
+    (`True`, `1` and `1.0` differ, as they do to the code that reads them)."""
+    return json.dumps([format, params, schedule], sort_keys=True)
+
+
+def _parse_entry(data, op: str, today: list[Candidate]) -> tuple[list[Candidate], Candidate]:
+    """The candidates and the winner of a cached entry, checked field by field; `_Damaged` otherwise."""
+    if not isinstance(data, dict) or set(data) != {"op", "winner", "candidates"}:
+        raise _Damaged("expected an object with op, winner and candidates")
+    if data["op"] != op:
+        raise _Damaged(f"op {_short(data['op'])}, expected {op!r}")
+    rows = data["candidates"]
+    if not isinstance(rows, list) or not 1 <= len(rows) <= len(today):
+        raise _Damaged(f"expected a list of 1 to {len(today)} candidates")
+    winner = data["winner"]
+    if type(winner) is not int or not 0 <= winner < len(rows):
+        raise _Damaged(f"winner {_short(winner)} is not the index of a candidate")
+    known = {_identity(c.format, c.params, c.schedule) for c in today}
+    cands = [_parse_candidate(row, known) for row in rows]
+    return cands, cands[winner]
+
+
+def _parse_candidate(row, known: set[str]) -> Candidate:
+    if not isinstance(row, dict) or set(row) != set(_FIELDS):
+        raise _Damaged(f"a candidate must have the fields {', '.join(_FIELDS)}")
+    if not isinstance(row["format"], str) or not isinstance(row["params"], dict):
+        raise _Damaged("a candidate's format must be a string and its params an object")
+    if row["schedule"] is not None and not isinstance(row["schedule"], str):
+        raise _Damaged("a candidate's schedule must be a string or null")
+    if _identity(row["format"], row["params"], row["schedule"]) not in known:
+        label = _short(f"{row['format']} {row['params']} / {row['schedule']}", 120)
+        raise _Damaged(f"{label} is not a candidate of this version for this matrix")
+    for name in ("predicted_s", "measured_s", "setup_s"):
+        value = row[name]
+        if value is None and name != "predicted_s":
+            continue
+        if type(value) not in (int, float) or not 0 <= value < math.inf:
+            raise _Damaged(f"a candidate's {name} must be a non-negative number, got {_short(value)}")
+    if row["error"] is not None and not isinstance(row["error"], str):
+        raise _Damaged("a candidate's error must be a string or null")
+    return Candidate(**{**row, "predicted_s": float(row["predicted_s"])})
+
+
+def _short(value, limit: int = 40) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _save(result: TuneResult) -> None:
-    path = _disk_path(result.key)
+    """Write the result atomically (no temporary file is left, even when the write fails); a cache
+    that cannot be written keeps it in this process (`write_file` warns once)."""
+    from .runtime.cache import CacheWarning, write_file
+
     data = {
         "op": result.op,
         "winner": result.candidates.index(result.table.winner),
-        "candidates": [c.__dict__ for c in result.candidates],
+        "candidates": [dataclasses.asdict(c) for c in result.candidates],
     }
+    path = _disk_path(result.key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache: the result still holds for this process
+        write_file(path, json.dumps(data).encode())
+    except OSError as e:  # not even a temporary folder can be written: the result holds in memory
+        warnings.warn(CacheWarning(f"tuning result {path} could not be saved ({e})"), stacklevel=3)
 
 
 def tune(
@@ -461,7 +551,7 @@ def tune(
     mach = machine()
     key = _key(op, csr, int(feat), target, mach, dtype)
     if cache:
-        hit = _MEMORY.get(key) or _load(key, op)
+        hit = _MEMORY.get(key) or _load(key, op, csr, int(feat), target, mach)
         if hit is not None:
             _MEMORY[key] = hit
             return dataclasses.replace(hit, cached=True, tuning_seconds=0.0)

@@ -107,10 +107,11 @@ def test_results_are_cached_in_memory_and_on_disk(cache, timed):
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, first.table.winner.label]
-    # A damaged file is searched again (and rewritten), not an error.
+    # A damaged file is searched again (and rewritten), not an error: one warning names it.
     files[0].write_text("{not json")
     tune._MEMORY.clear()
-    redone = sp.tune.spmm(A, 16, top=1, budget=0.01, progress=False)
+    with pytest.warns(sp.runtime.cache.CacheWarning, match=files[0].name):
+        redone = sp.tune.spmm(A, 16, top=1, budget=0.01, progress=False)
     assert not redone.cached and json.loads(files[0].read_text())["op"] == "spmm"
 
 

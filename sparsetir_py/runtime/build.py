@@ -77,7 +77,7 @@ def build(
     key = cache.cache_key(_script_text(func), target, ks.options, ks.source)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
     path = cache.kernel_path(directory, target, ks.name, key)
-    cache.write_source(path, ks.source)
+    path = cache.write_source(path, ks.source)  # a stand-in when the cache folder cannot be written
     module = cache.import_source(path)
     dispatcher = getattr(module, ks.name)
     cache.guard_numba_cache(dispatcher)

@@ -17,18 +17,25 @@ imported again; a Numba cache entry (`*.nbi` index, `*.nbc` data, in `__pycache_
 source or under `$NUMBA_CACHE_DIR`) that fails to load is removed and the kernel compiled again,
 and one that cannot be saved is skipped. Each repair emits one `CacheWarning` naming the file.
 Every write is a temporary file renamed into place, so concurrent processes filling the same
-cache never see a half-written file.
+cache never see a half-written file; a write that fails removes its temporary file.
+
+A cache folder that cannot hold files (read-only, or a path through a file) is no failure either:
+the process keeps what it would have written in a private temporary folder instead (removed when
+it exits), with one `CacheWarning` per such folder saying what is wrong with it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import errno
 import functools
 import glob
 import hashlib
 import importlib.util
 import os
 import re
+import shutil
 import sys
 import tempfile
 import warnings
@@ -43,10 +50,14 @@ CACHE_FORMAT = 1
 HELPER_MODULES = ("cpu_intrinsics.py", "cuda_intrinsics.py", "cuda_warp.py")
 
 _MODULES: dict[Path, ModuleType] = {}
+# Folders found unusable in this process -> the temporary folder standing in for each.
+_STAND_INS: dict[Path, Path] = {}
+_REPORTED: set[str] = set()
 
 
 class CacheWarning(UserWarning):
-    """A damaged file of the kernel cache was found and repaired (rewritten or removed)."""
+    """A damaged file of the kernel or tuning cache was found and repaired (rewritten or removed),
+    or a cache folder cannot be used and a temporary one stands in for it."""
 
 
 def cache_dir() -> Path:
@@ -54,7 +65,12 @@ def cache_dir() -> Path:
     explicit = os.environ.get("SPARSETIR_CACHE_DIR")
     if explicit:
         return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no home folder to be found: a private folder for this process
+            return _temporary_root() / "home"
     return Path(base) / "sparsetir_py"
 
 
@@ -82,8 +98,9 @@ def kernel_path(directory: Path, target: str, name: str, key: str) -> Path:
     return directory / target / f"{stem}_{key}.py"
 
 
-def write_source(path: Path, source: str) -> None:
-    """Write `source` to `path` unless it already holds it (rewriting would invalidate Numba's cache).
+def write_source(path: Path, source: str) -> Path:
+    """Write `source` to `path` unless it already holds it (rewriting would invalidate Numba's cache);
+    returns the path that holds it: `path`, or its stand-in when `path`'s folder cannot be written.
 
     A file that cannot be read or holds anything else (damaged, truncated, emptied) is rewritten,
     with a `CacheWarning`: its name is a hash of the source, so any other content is damage."""
@@ -93,21 +110,90 @@ def write_source(path: Path, source: str) -> None:
     except FileNotFoundError:
         existing = None
     except OSError as e:
-        existing = f"unreadable: {e}".encode()
+        existing = None
+        if not _folder_problem(path, e):  # a folder's problem is found and reported by the write
+            _warn(f"generated source {path} cannot be read ({type(e).__name__}: {e.strerror or e}); rewriting it")
     if existing == data:
-        return
+        return path
     if existing is not None:
         _warn(f"generated source {path} does not hold the kernel it is named for (damaged or truncated); rewriting it")
+    return write_file(path, data)
+
+
+def write_file(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically (a temporary file beside it, renamed into place, removed if
+    anything fails); returns `path`, or the file standing in for it in this process's temporary
+    folder when `path`'s folder cannot hold files (one `CacheWarning` per such folder)."""
+    folder = path.parent
+    stand_in = _STAND_INS.get(folder)
+    if stand_in is None:
+        try:
+            _write_atomic(path, data)
+            return path
+        except OSError as e:
+            stand_in = _stand_in(folder, e)
+    target = stand_in / path.name
+    _write_atomic(target, data)
+    return target
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Write then rename, so that a concurrent process never imports a half-written file.
+    # Write then rename, so that a concurrent process never reads a half-written file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
+
+
+def _folder_problem(path: Path, error: OSError) -> bool:
+    """Whether reading `path` failed because of a folder on its way (a file where a folder should
+    be, a folder that cannot be entered) rather than the file itself."""
+    return error.errno == errno.ENOTDIR or (error.errno == errno.EACCES and not os.access(path.parent, os.X_OK))
+
+
+def folder_trouble(folder: Path, error: OSError) -> str:
+    """What is wrong with a cache folder that a write into it failed with `error`, in words."""
+    existing = folder  # the deepest folder on the way that exists (or the file in its place)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{existing} is not writable ({error.strerror})"
+    if error.errno == errno.ENOSPC:
+        return f"the disk holding {existing} is full"
+    if error.errno == errno.EISDIR:
+        return f"{error.filename or folder} is a directory where a cache file should be"
+    return f"{type(error).__name__}: {error.strerror or error}"
+
+
+def _stand_in(folder: Path, error: OSError) -> Path:
+    """The temporary folder standing in for `folder` in this process, with one warning per folder."""
+    trouble = folder_trouble(folder, error)
+    stand_in = _temporary_root() / hashlib.sha256(str(folder).encode()).hexdigest()[:16] / folder.name
+    _STAND_INS[folder] = stand_in
+    if trouble in _REPORTED:  # one warning per cause: a read-only cache holds kernels and tunings
+        return stand_in
+    _REPORTED.add(trouble)
+    _warn(
+        f"the cache folder {folder} cannot be used: {trouble}; this process keeps its files in a temporary "
+        f"folder instead (set SPARSETIR_CACHE_DIR to a writable folder to keep them)"
+    )
+    return stand_in
+
+
+@functools.cache
+def _temporary_root() -> Path:
+    """A private folder for this process's stand-ins, removed when the process exits."""
+    root = Path(tempfile.mkdtemp(prefix="sparsetir_py-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 def import_source(path: Path) -> ModuleType:
