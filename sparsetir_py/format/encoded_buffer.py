@@ -38,7 +38,7 @@ from ..ir.expr import BufferLoad, Cast, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import AtomicAdd, BufferStore, IfThenElse, SeqStmt, SparseIteration, Stmt, seq
 from ..ir.visit import post_order_rewrite, substitute, walk
-from .encoding import LevelCounter, SparseTensorEncoding
+from .encoding import LevelCounter, SparseTensorEncoding, largest_constant
 from .mlir_storage import argument_names
 
 __all__ = ["EncodedLayout", "encoded_layout", "expand_encoded_buffers"]
@@ -77,6 +77,24 @@ def _check_dtypes(enc: SparseTensorEncoding) -> str:
             f"posWidth = {enc.pos_width} and crdWidth = {enc.crd_width} give {pos} and {crd}: use widths 0, 32 or 64"
         )
     return used.pop()
+
+
+def _check_constants(enc: SparseTensorEncoding, idtype: str) -> None:
+    """The encoding's integers become `IntImm`s of the level axes' dtype: one beyond it would wrap
+    in the generated code."""
+    limit = 2 ** (int(idtype.removeprefix("int")) - 1) - 1
+    level_names = [enc.level_name(k) for k in range(enc.lvl_rank)]
+    exprs = [(e, e.to_string(enc.dim_names, enc.symbol_names)) for e in enc.level_exprs]
+    exprs += [(e, e.to_string(level_names, enc.symbol_names)) for e in enc.lvl_to_dim or ()]
+    for e, text in exprs:
+        if largest_constant(e) > limit:
+            raise EncodingError(
+                f"`{text}` holds {largest_constant(e)}, beyond the script's index dtype {idtype} (at most {limit}): "
+                "use posWidth = crdWidth = 0 or 64"
+            )
+    for lt in enc.level_types:
+        if lt.format == "n_out_of_m" and lt.m > limit:
+            raise EncodingError(f"`{lt}` holds {lt.m}, beyond the script's index dtype {idtype} (at most {limit})")
 
 
 def _level_size(e, dim_lengths: list[PrimExpr], idtype: str) -> PrimExpr:
@@ -118,6 +136,7 @@ def encoded_layout(
     if enc.lvl_to_dim is None:
         raise EncodingError(f"the map of {enc} has no inverse, which a script needs to compute in dimensions")
     idtype = _check_dtypes(enc)
+    _check_constants(enc, idtype)
     names = argument_names(buf.data.name, enc)
     new_params: list[Var] = []
 

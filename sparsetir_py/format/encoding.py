@@ -116,6 +116,9 @@ class LevelType:
         return self.format + (f"({', '.join(props)})" if props else "")
 
 
+_PLAIN_LEVEL_TYPES = {f: LevelType(f) for f in ("dense", "compressed", "loose_compressed", "singleton")}
+
+
 @dataclass(frozen=True, slots=True)
 class LevelCounter:
     """ELL's counting level `c * slices * i`: the rank of a stored element among those with the
@@ -682,6 +685,8 @@ class _Parser:
         if "soa" in seen and fmt != "singleton":
             bad = next(p for p in props if p.text == "soa")
             raise self.error("`soa` applies to singleton levels only", bad)
+        if not seen and fmt in _PLAIN_LEVEL_TYPES:
+            return _PLAIN_LEVEL_TYPES[fmt]  # shared: thousands of levels need not build thousands
         return LevelType(fmt, frozenset(seen), n, m)
 
     def level_type_string(self) -> tuple[_Tok, LevelType]:
@@ -1071,18 +1076,21 @@ def _composes_to_identity(inv: AffineExpr, d: int, exprs: Sequence[LevelExpr], s
 
 def _beyond_int64(e: AffineExpr) -> int | None:
     """A coefficient, constant or divisor of `e` (nested ones included) outside int64, if any."""
-    if abs(e.constant) > INT64_MAX:
-        return e.constant
+    value = largest_constant(e)
+    return value if value > INT64_MAX else None
+
+
+def largest_constant(e: LevelExpr) -> int:
+    """The largest magnitude among the integers written in `e`: its constant, coefficients and
+    divisors, nested ones included (a counting level: its number of slices)."""
+    if isinstance(e, LevelCounter):
+        return e.slices
+    largest = abs(e.constant)
     for atom, k in e.terms:
-        if abs(k) > INT64_MAX:
-            return k
+        largest = max(largest, abs(k))
         if isinstance(atom, FloorDiv | Mod):
-            if atom.divisor > INT64_MAX:
-                return atom.divisor
-            inner = _beyond_int64(atom.lhs)
-            if inner is not None:
-                return inner
-    return None
+            largest = max(largest, atom.divisor, largest_constant(atom.lhs))
+    return largest
 
 
 def parse_encoding(text: str) -> SparseTensorEncoding:
