@@ -54,6 +54,7 @@ import scipy.sparse
 from . import ops
 from .codegen.cpu import SPLIT_PARTS
 from .errors import InputError
+from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
 TUNE_FORMAT = 6  # bump when candidates or the model change: cached results are then ignored
@@ -409,8 +410,6 @@ def _disk_path(key: str) -> Path:
     explicit = os.environ.get("SPARSETIR_TUNE_DIR")
     if explicit:
         return Path(explicit).expanduser() / f"{key}.json"
-    from .runtime.cache import cache_dir
-
     return cache_dir() / "tune" / f"{key}.json"
 
 
@@ -438,12 +437,13 @@ def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine) -> Tune
         except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
             raise _Damaged(f"not JSON ({type(e).__name__})") from None
         today = candidates(op, Structure.of(csr), feat, target, mach, every=True)
-        cands, winner = _parse_entry(data, op, today)
+        try:
+            cands, winner = _parse_entry(data, op, today)
+        except RecursionError:  # a value nested nearly as deep as the parser allows
+            raise _Damaged("values nested too deep") from None
     except OSError:
         return None  # missing, or a folder that cannot be read: tune (the save reports an unusable folder)
     except _Damaged as e:
-        from .runtime.cache import CacheWarning
-
         warnings.warn(CacheWarning(f"tuning cache entry {path} is damaged or stale ({e}); tuning again and "
                                    "overwriting it"), stacklevel=4)  # fmt: skip
         return None
@@ -500,15 +500,14 @@ def _parse_candidate(row, known: set[str]) -> Candidate:
 
 
 def _short(value, limit: int = 40) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
+    """A cached value for a message, at most `limit` characters."""
+    text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _save(result: TuneResult) -> None:
     """Write the result atomically (no temporary file is left, even when the write fails); a cache
     that cannot be written keeps it in this process (`write_file` warns once)."""
-    from .runtime.cache import CacheWarning, write_file
-
     data = {
         "op": result.op,
         "winner": result.candidates.index(result.table.winner),

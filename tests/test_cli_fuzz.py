@@ -320,3 +320,55 @@ def test_python_m_bench_threads_zero():
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith("expected a positive integer, got '0'")
+
+
+# -------------------------------------------------------------------- the fuzz: random argv over the subcommands
+def test_fuzz_random_argv(tmp_path, capsys):
+    """Random options and values for every subcommand (kept small: karate, narrow widths, few
+    repeats): the command succeeds, or fails with status 2 and no traceback."""
+    npz = tmp_path / "A.npz"
+    sps.save_npz(npz, sps.random(6, 5, density=0.4, format="csr", random_state=1, dtype="float32"))
+    empty = tmp_path / "empty.npz"
+    sps.save_npz(empty, sps.csr_matrix((0, 0), dtype="float32"))
+    script = tmp_path / "s.py"
+    script.write_text(SPMV)
+    broken = tmp_path / "broken.py"
+    broken.write_text("import sys\nsys.exit(7)\n")
+    values = st.sampled_from(["0", "-1", "1", "2", "x", "", "1e3", "nan", "feat=4", "=", "cpu", "cuda", "3"])
+    files = st.sampled_from([str(npz), str(empty), str(script), str(broken), str(tmp_path), "karate", "missing"])
+    options = {
+        "show": ["--stage", "--target", "--func", "--schedule", "--specialize"],
+        "tune": ["--width", "--op", "--target"],
+        "formats": [],
+        "demo": ["--repeat"],
+    }
+
+    @st.composite
+    def argvs(draw):
+        command = draw(st.sampled_from(sorted(options)))
+        argv = [command]
+        if command == "demo":
+            argv += ["--graph", draw(st.sampled_from(["karate", str(npz), str(empty), "missing", str(script)]))]
+        else:
+            argv += draw(st.lists(files, min_size=0 if command == "formats" else 1, max_size=2))
+        for _ in range(draw(st.integers(0, 3))):
+            argv += [draw(st.sampled_from(options[command] or ["--unknown"])), draw(values)]
+        if command == "tune" and "--width" not in argv:
+            argv += ["--width", draw(st.sampled_from(["4", "0", "x"]))]
+        if command == "demo" and "--repeat" not in argv:
+            argv += ["--repeat", "1"]
+        return argv
+
+    @fuzz(30)
+    @given(argvs())
+    def check(argv):
+        code, _, err = run(argv, capsys)
+        assert code in (0, 2), (argv, code, err)
+        assert "Traceback" not in err, (argv, err)
+        if code == 2:
+            last = err.strip().splitlines()[-1]
+            assert last.startswith("sparsetir-py"), (argv, err)
+            if not err.startswith("usage:"):  # ours, not argparse's usage error
+                assert len(err.strip().splitlines()) == 1, (argv, err)
+
+    check()

@@ -157,7 +157,7 @@ def _folder_problem(path: Path, error: OSError) -> bool:
     return error.errno == errno.ENOTDIR or (error.errno == errno.EACCES and not os.access(path.parent, os.X_OK))
 
 
-def folder_trouble(folder: Path, error: OSError) -> str:
+def _folder_trouble(folder: Path, error: OSError) -> str:
     """What is wrong with a cache folder that a write into it failed with `error`, in words."""
     existing = folder  # the deepest folder on the way that exists (or the file in its place)
     while not existing.exists() and existing != existing.parent:
@@ -169,13 +169,13 @@ def folder_trouble(folder: Path, error: OSError) -> str:
     if error.errno == errno.ENOSPC:
         return f"the disk holding {existing} is full"
     if error.errno == errno.EISDIR:
-        return f"{error.filename or folder} is a directory where a cache file should be"
+        return f"{error.filename2 or error.filename or folder} is a directory where a cache file should be"
     return f"{type(error).__name__}: {error.strerror or error}"
 
 
 def _stand_in(folder: Path, error: OSError) -> Path:
     """The temporary folder standing in for `folder` in this process, with one warning per folder."""
-    trouble = folder_trouble(folder, error)
+    trouble = _folder_trouble(folder, error)
     stand_in = _temporary_root() / hashlib.sha256(str(folder).encode()).hexdigest()[:16] / folder.name
     _STAND_INS[folder] = stand_in
     if trouble in _REPORTED:  # one warning per cause: a read-only cache holds kernels and tunings
