@@ -22,9 +22,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from sparsetir_py.cli import error_line, nonnegative_int, positive_float, positive_int
+from sparsetir_py.cli import error_line, error_message, nonnegative_int, positive_float, positive_int
 
-from .graphs import DEFAULT_GRAPHS, is_graph_file, known_graphs
+from .graphs import DEFAULT_GRAPHS, graph_file_stem, is_graph_file, known_graphs, load_graph
 from .libraries import BASELINES, OURS
 from .report import finish, summary, write
 from .runner import DEFAULT_OUT, Config, run
@@ -199,6 +199,13 @@ def check(args: argparse.Namespace) -> str | None:
     """What is wrong with option values that argparse's types cannot see alone; None when nothing."""
     if args.widths and any(w <= 0 for w in args.widths):
         return f"widths must be positive, got {args.widths}"
+    for graph in args.graphs or []:
+        if not is_graph_file(graph):
+            continue
+        try:  # a file that cannot be read fails here, once, not in every worker
+            load_graph(graph_file_stem(graph), graph)
+        except Exception as e:
+            return f"--graphs {graph}: {error_message(e)}"
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         return f"--out {out} is a file; expected a folder for the reports"

@@ -267,11 +267,11 @@ def _where(e: BaseException, files: Sequence[str]) -> str:
     return found
 
 
-def error_line(prog: str, e: BaseException, files: Sequence[str] = ()) -> str:
-    """The one line that reports `e`: `prog: error: Type: first line of the message (file.py, line N)`.
+def error_message(e: BaseException, files: Sequence[str] = ()) -> str:
+    """`Type: first line of the message (file.py, line N)`, on one line whatever the message.
 
     The place is the deepest line of a user's file (`files`) the error passed through, unless the
-    message names it already; the line holds no line break, whatever the message."""
+    message names it already."""
     if isinstance(e, SystemExit):
         code = e.code if e.code is None or type(e.code) in (int, bool) else _text(e.code)
         message = f"the code called sys.exit({code!r})"
@@ -286,8 +286,13 @@ def error_line(prog: str, e: BaseException, files: Sequence[str] = ()) -> str:
         where = "" if e.lineno else os.path.basename(files[0]) if files else ""
     if where and where.split(",")[0] + ":" not in first:
         first += f" ({where})"
-    line = " ".join(f"{prog}: error: {type(e).__name__}: {first}".splitlines())
-    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = " ".join(f"{type(e).__name__}: {first}".splitlines())
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def error_line(prog: str, e: BaseException, files: Sequence[str] = ()) -> str:
+    """The one line that reports `e`: `prog: error: Type: message (file.py, line N)`."""
+    return f"{prog}: error: {error_message(e, files)}"
 
 
 def _user_files(args: argparse.Namespace) -> list[str]:

@@ -275,6 +275,25 @@ def test_bench_out_naming_a_file(tmp_path, capsys):
         assert "error: --out" in capsys.readouterr().err
 
 
+def test_bench_graph_file_that_cannot_be_read(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip archive")
+    with pytest.raises(SystemExit) as e:
+        bench_cli.main(["spmm", "--smoke", "--graphs", str(bad), "--out", str(tmp_path / "o")], prog="bench")
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"bench: error: --graphs {bad}: ")
+
+
+def test_bench_run_failure_is_one_line(tmp_path, capsys, monkeypatch):
+    def fail(args, command):
+        raise RuntimeError("the disk went away\nsecond line")
+
+    monkeypatch.setattr(bench_cli, "_run", fail)
+    code = bench_cli.main(["spmm", "--smoke", "--out", str(tmp_path / "o")], prog="bench")
+    assert code == 2
+    assert capsys.readouterr().err == "bench: error: RuntimeError: the disk went away\n"
+
+
 def test_demo_on_an_empty_matrix(tmp_path, capsys):
     for shape in ((0, 0), (5, 4)):
         path = tmp_path / f"empty{shape[0]}.npz"
