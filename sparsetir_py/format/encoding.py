@@ -29,6 +29,13 @@ Widths set the dtypes of the stored arrays: 0 is the native index type (int64), 
 signed integer of that width (the project's kernels index with signed integers). `crdWidth` may
 also be 1, 2 or 4 (sub-byte coordinates, as in MLIR's 2:4 example): those are kept in int8
 arrays and checked against the width.
+
+Any text gives an encoding or an `EncodingError` at the offending position, in time linear in
+its size (2000 dimensions, 37 KB: about 0.03 s). Every integer, written or computed (a
+coefficient, constant or divisor of a level expression's canonical form, ELL's slice count)
+must fit int64, as in MLIR. Parentheses, and `floordiv`/`ceildiv`/`mod` applied to one
+another, nest at most MAX_NESTING (64) deep; chains (`a + b + ...`, `- - i`, `i * 2 * 2`) may
+be as long as the text.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ __all__ = [
 LEVEL_FORMATS = ("dense", "compressed", "loose_compressed", "singleton", "n_out_of_m")
 LEVEL_PROPERTIES = ("nonunique", "nonordered", "soa", "high")
 POS_WIDTHS = (0, 8, 16, 32, 64)
+CRD_WIDTHS = (0, 1, 2, 4, 8, 16, 32, 64)
 #: The largest integer the text may hold, and every coefficient, constant and divisor of a level
 #: expression: MLIR keeps them in int64, and the stored coordinates are int64 at most.
 INT64_MAX = 2**63 - 1
@@ -61,7 +69,6 @@ INT64_MAX = 2**63 - 1
 #: level expression. The parser recurses on parentheses and the canonical form on nested
 #: divisions; real encodings nest two or three deep.
 MAX_NESTING = 64
-CRD_WIDTHS = (0, 1, 2, 4, 8, 16, 32, 64)
 _KEYS = (
     "map",
     "posWidth",
@@ -285,6 +292,9 @@ def index_range(e: AffineExpr, dims: Sequence[Interval], what: str) -> Interval:
 def _checked_range(e: AffineExpr, dims: Sequence[Interval], what: str) -> Interval:
     total = _within_int64(Interval.point(e.constant), what)
     for atom, k in e.terms:
+        _within_int64(Interval.point(k), what)  # numpy takes the coefficient as an int64
+        if isinstance(atom, FloorDiv | Mod):
+            _within_int64(Interval.point(atom.divisor), what)
         if isinstance(atom, FloorDiv):
             part = _checked_range(atom.lhs, dims, what).floordiv(atom.divisor)
         elif isinstance(atom, Mod):

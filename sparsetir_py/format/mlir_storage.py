@@ -404,7 +404,8 @@ def _store(enc, coords, vals, shape, sizes, name) -> SparseTensorStorage:
             count = _check_entries(count * size, f"the dense levels down to level {k} ({what})")
             parent = parent * size + crd
         elif lt.format in ("compressed", "loose_compressed"):
-            _check_entries(count + 1, f"positions[{k}] ({count} parents)")
+            stored = 2 * count if lt.format == "loose_compressed" else count + 1
+            _check_entries(stored, f"positions[{k}] ({count} parents)")
             if lt.is_unique:
                 new = np.r_[True, (parent[1:] != parent[:-1]) | (crd[1:] != crd[:-1])] if nnz else np.zeros(0, bool)
             else:

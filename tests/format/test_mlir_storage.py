@@ -416,3 +416,18 @@ def test_print_summarises_long_arrays():
     assert "..." not in small and "values : ( 1.0, 1.0, 1.0 )" in small
     with np.printoptions(threshold=10**9):
         assert "..." not in str(sp.to_storage(A, CSR))
+
+
+@pytest.mark.parametrize("big", [2**63, 2**64, 10**30])
+def test_encodings_built_in_python_with_huge_constants_raise(big):
+    """An encoding object made without the parser (whose text bounds these) is checked too:
+    numpy would raise OverflowError on a divisor or coefficient beyond int64."""
+    import dataclasses
+
+    from sparsetir_py.arith import dim
+
+    csr = sp.parse_encoding(CSR)
+    for exprs in [(dim(0).floordiv(big), dim(1)), (dim(0) * big, dim(1)), (dim(0) + big, dim(1))]:
+        enc = dataclasses.replace(csr, level_exprs=exprs)
+        with pytest.raises(sp.EncodingError, match=str(big)):
+            sp.to_storage(np.eye(3), enc)
