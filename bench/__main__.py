@@ -16,13 +16,12 @@ when a result failed its check against scipy or a run of sparsetir_py failed; 2 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from sparsetir_py.cli import error_line, error_message, nonnegative_int, positive_float, positive_int
+from sparsetir_py.cli import debugging, error_line, error_message, nonnegative_int, positive_float, positive_int
 
 from .graphs import DEFAULT_GRAPHS, graph_file_stem, is_graph_file, known_graphs, load_graph
 from .libraries import BASELINES, OURS
@@ -235,7 +234,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except KeyboardInterrupt:
         raise
     except Exception as e:  # a graph file that cannot be read, a full disk: one line, status 2
-        if os.environ.get("SPARSETIR_DEBUG"):
+        if debugging():
             raise
         print(error_line(prog, e), file=sys.stderr)
         return 2

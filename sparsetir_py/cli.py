@@ -295,6 +295,11 @@ def error_line(prog: str, e: BaseException, files: Sequence[str] = ()) -> str:
     return f"{prog}: error: {error_message(e, files)}"
 
 
+def debugging() -> bool:
+    """Whether `SPARSETIR_DEBUG` asks for tracebacks (set, and not 0)."""
+    return os.environ.get("SPARSETIR_DEBUG", "").strip() not in ("", "0")
+
+
 def _user_files(args: argparse.Namespace) -> list[str]:
     """The files of the user's whose code a subcommand runs (a script, rule files)."""
     files = [getattr(args, "script", None), *(getattr(args, "files", None) or [])]
@@ -308,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C (`KeyboardInterrupt`) stops the command as it would any program. `SPARSETIR_DEBUG=1`
     shows the traceback instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    stderr = sys.stderr  # as it is now: a user's script may replace sys.stderr
     if argv and argv[0] == "bench":
         from bench.__main__ import main as bench_main
 
@@ -322,12 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # a user's script may raise anything, SystemExit too
-        if os.environ.get("SPARSETIR_DEBUG"):
+        if debugging():
             if isinstance(e, Exception):
                 raise  # the whole traceback, for a bug report
-            traceback.print_exc()  # SystemExit and the like would end the process without one
+            traceback.print_exc(file=stderr)  # SystemExit and the like would end the process without one
             return 2
-        print(error_line(PROG, e, _user_files(args)), file=sys.stderr)
+        print(error_line(PROG, e, _user_files(args)), file=stderr)
         return 2
 
 

@@ -391,3 +391,25 @@ def test_fuzz_random_argv(tmp_path, capsys):
                 assert len(err.strip().splitlines()) == 1, (argv, err)
 
     check()
+
+
+def test_a_script_that_replaces_stderr_still_gets_its_line(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "quiet.py"
+    path.write_text("import io, sys\nsys.stderr = io.StringIO()\nraise RuntimeError('hidden?')\n")
+    monkeypatch.setattr(sys, "stderr", sys.stderr)  # put back after the test
+    code, _, err = run(["show", path], capsys)
+    one_line(code, err, "RuntimeError: hidden?")
+
+
+def test_debug_zero_is_not_debugging(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "boom.py"
+    path.write_text("raise RuntimeError('boom')\n")
+    monkeypatch.setenv("SPARSETIR_DEBUG", "0")
+    code, _, err = run(["show", path], capsys)
+    one_line(code, err, "RuntimeError: boom")
+    monkeypatch.setenv("SPARSETIR_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        cli.main(["show", str(path)])
+    path.write_text("import sys\nsys.exit(9)\n")
+    code, _, err = run(["show", path], capsys)
+    assert code == 2 and "Traceback" in err and "SystemExit: 9" in err
