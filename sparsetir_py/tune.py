@@ -436,9 +436,10 @@ def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine) -> Tune
             data = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
             raise _Damaged(f"not JSON ({type(e).__name__})") from None
-        today = candidates(op, Structure.of(csr), feat, target, mach, every=True)
+        s = Structure.of(csr)
+        today = candidates(op, s, feat, target, mach, every=True), candidates(op, s, feat, target, mach)
         try:
-            cands, winner = _parse_entry(data, op, today)
+            cands, winner = _parse_entry(data, op, target, *today)
         except RecursionError:  # a value nested nearly as deep as the parser allows
             raise _Damaged("values nested too deep") from None
     except OSError:
@@ -461,31 +462,48 @@ def _identity(format: str, params: dict, schedule: str | None) -> str:
     return json.dumps([format, params, schedule], sort_keys=True)
 
 
-def _parse_entry(data, op: str, today: list[Candidate]) -> tuple[list[Candidate], Candidate]:
-    """The candidates and the winner of a cached entry, checked field by field; `_Damaged` otherwise."""
+def _parse_entry(data, op: str, target: str, every: list[Candidate], least: list[Candidate]):
+    """The candidates and the winner of a cached entry, checked field by field and against today's
+    search (`every` candidate it may list, at `least` those it lists at today's `TIMING_GRAIN`):
+    the same configurations and model times, in model order, and the winner the search would pick
+    from the times recorded. `_Damaged` otherwise."""
     if not isinstance(data, dict) or set(data) != {"op", "winner", "candidates"}:
         raise _Damaged("expected an object with op, winner and candidates")
     if data["op"] != op:
         raise _Damaged(f"op {_short(data['op'])}, expected {op!r}")
     rows = data["candidates"]
-    if not isinstance(rows, list) or not 1 <= len(rows) <= len(today):
-        raise _Damaged(f"expected a list of 1 to {len(today)} candidates")
+    if not isinstance(rows, list) or not 1 <= len(rows) <= len(every):
+        raise _Damaged(f"expected a list of 1 to {len(every)} candidates")
     winner = data["winner"]
     if type(winner) is not int or not 0 <= winner < len(rows):
         raise _Damaged(f"winner {_short(winner)} is not the index of a candidate")
-    known = {_identity(c.format, c.params, c.schedule) for c in today}
+    known = {_identity(c.format, c.params, c.schedule): c for c in every}
     cands = [_parse_candidate(row, known) for row in rows]
-    return cands, cands[winner]
+    names = [_identity(c.format, c.params, c.schedule) for c in cands]
+    if len(set(names)) < len(names) or not {_identity(c.format, c.params, c.schedule) for c in least} <= set(names):
+        raise _Damaged("the candidates are not those this version tries for this matrix")
+    if any(a.predicted_s > b.predicted_s for a, b in itertools.pairwise(cands)):
+        raise _Damaged("the candidates are not in the model's order")
+    chosen = cands[winner]
+    measured = [c.measured_s for c in cands if c.measured_s is not None]
+    if measured:
+        expected = chosen.measured_s == min(measured)
+    else:  # nothing timed: the model's best (CUDA: CSR's default schedule)
+        expected = chosen is next((c for c in cands if c.format == "csr"), None) if target == "cuda" else winner == 0
+    if not expected or chosen.error is not None:
+        raise _Damaged(f"winner {winner} is not the candidate the search picks from these times")
+    return cands, chosen
 
 
-def _parse_candidate(row, known: set[str]) -> Candidate:
+def _parse_candidate(row, known: dict[str, Candidate]) -> Candidate:
     if not isinstance(row, dict) or set(row) != set(_FIELDS):
         raise _Damaged(f"a candidate must have the fields {', '.join(_FIELDS)}")
     if not isinstance(row["format"], str) or not isinstance(row["params"], dict):
         raise _Damaged("a candidate's format must be a string and its params an object")
     if row["schedule"] is not None and not isinstance(row["schedule"], str):
         raise _Damaged("a candidate's schedule must be a string or null")
-    if _identity(row["format"], row["params"], row["schedule"]) not in known:
+    today = known.get(_identity(row["format"], row["params"], row["schedule"]))
+    if today is None:
         label = _short(f"{row['format']} {row['params']} / {row['schedule']}", 120)
         raise _Damaged(f"{label} is not a candidate of this version for this matrix")
     for name in ("predicted_s", "measured_s", "setup_s"):
@@ -494,8 +512,13 @@ def _parse_candidate(row, known: set[str]) -> Candidate:
             continue
         if type(value) not in (int, float) or not 0 <= value < math.inf:
             raise _Damaged(f"a candidate's {name} must be a non-negative number, got {_short(value)}")
+    if not math.isclose(row["predicted_s"], today.predicted_s, rel_tol=1e-9):
+        raise _Damaged(f"{today.label}: the model's time is not today's model's")
     if row["error"] is not None and not isinstance(row["error"], str):
         raise _Damaged("a candidate's error must be a string or null")
+    # Timed candidates have both times; one that failed has neither, and its error.
+    if (row["measured_s"] is None) != (row["setup_s"] is None) or (row["error"] and row["measured_s"] is not None):
+        raise _Damaged(f"{today.label}: its times and error do not go together")
     return Candidate(**{**row, "predicted_s": float(row["predicted_s"])})
 
 

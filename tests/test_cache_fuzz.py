@@ -103,12 +103,33 @@ def stale(data: dict, **winner_fields) -> dict:
         pytest.param({"params": {"num_col_parts": True}}, id="params-unexpected"),
         pytest.param({"schedule": 3}, id="schedule-int"),
         pytest.param({"predicted_s": "fast"}, id="seconds-string"),
-        pytest.param({"measured_s": -1.0}, id="seconds-negative"),
+        pytest.param({"measured_s": -1.0, "setup_s": 0.1}, id="seconds-negative"),
+        pytest.param({"measured_s": 1e-6}, id="measured-without-setup"),
+        pytest.param({"error": "RuntimeError: failed"}, id="winner-failed"),
+        pytest.param({"predicted_s": 1e-12}, id="not-todays-model"),
     ],
 )
 def test_a_stale_entry_is_tuned_again(saved, damage):
     path, data, chosen = saved
     path.write_text(json.dumps(stale(data, **damage)))
+    check_heals(path, chosen)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda d: d.update(winner=1), id="winner-not-the-models-best"),
+        pytest.param(lambda d: d["candidates"].reverse(), id="rows-reordered"),
+        pytest.param(lambda d: d["candidates"].pop(), id="row-missing"),
+        pytest.param(lambda d: d["candidates"].append(d["candidates"][-1]), id="row-twice"),
+        pytest.param(lambda d: d["candidates"][1].update(measured_s=1e-9, setup_s=0.1), id="a-faster-loser"),
+    ],
+)
+def test_an_inconsistent_table_is_tuned_again(saved, change):
+    path, data, chosen = saved
+    data = json.loads(json.dumps(data))
+    change(data)
+    path.write_text(json.dumps(data))
     check_heals(path, chosen)
 
 
@@ -149,9 +170,12 @@ def test_an_entry_of_the_other_operator_is_not_used(saved):
 
 
 def test_a_valid_entry_is_used_as_it_is(saved):
-    """Another of today's candidates as the winner is a valid entry (no warning): it runs."""
+    """Times recorded for two candidates, the faster of them the winner: a valid entry (another
+    machine's load could time them so); used without a warning, and it runs."""
     path, data, _ = saved
-    data["winner"] = (data["winner"] + 1) % len(data["candidates"])
+    data["candidates"][0].update(measured_s=2e-6, setup_s=0.1)
+    data["candidates"][1].update(measured_s=1e-6, setup_s=0.1)
+    data["winner"] = 1
     path.write_text(json.dumps(data))
     result, found = search()
     assert found == [] and result.cached
