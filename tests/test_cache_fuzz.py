@@ -392,3 +392,27 @@ def test_nowhere_to_write_is_an_error_that_leaves_nothing(tmp_path, fresh_stand_
     with pytest.warns(CacheWarning, match="full"), pytest.raises(OSError):
         cache.write_file(tmp_path / "cpu" / "k.py", b"x = 1\n")
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_fuzz_random_values_in_a_timed_entry(tune_dir, monkeypatch):
+    """The same on an entry with measured times (timing forced on karate: two candidates)."""
+    monkeypatch.setattr(tune, "TIMING_GRAIN", 0)
+    first, found = search(top=2, budget=0.001)
+    assert found == [] and first.measured
+    path = entry(tune_dir)
+    data = json.loads(path.read_text())
+    labels = {c.label for c in first.table}
+
+    @fuzz(40)
+    @given(damaged_entries(data))
+    def check(damaged):
+        path.write_text(json.dumps(damaged, allow_nan=True))
+        result, found = search(top=2, budget=0.001)
+        assert len(found) <= 1, [str(w.message) for w in found]
+        assert result.cached is not bool(found) and result.table.winner.label in labels
+        timed = [c for c in result.table if c.measured_s is not None]
+        assert not timed or result.table.winner.measured_s == min(c.measured_s for c in timed)
+        again, found = search()
+        assert found == [] and again.cached
+
+    check()
