@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import os
 import runpy
 import sys
 import textwrap
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .errors import SparseTIRError
 
@@ -37,37 +39,24 @@ class CLIError(SparseTIRError):
 
 
 # -------------------------------------------------------------------- option types
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1 (argparse names the option in its error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _option_type(convert: Callable[[str], Any], accept: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse type: `convert(text)` where `accept` holds; argparse names the option in its error."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """An argparse type: an integer of at least 0 (a seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a finite number greater than 0 (seconds)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+positive_int = _option_type(int, lambda v: v >= 1, "a positive integer")  # --repeat, --threads, ...
+nonnegative_int = _option_type(int, lambda v: v >= 0, "a non-negative integer")  # --seed
+positive_float = _option_type(float, lambda v: 0 < v < math.inf, "a positive number")  # --budget (seconds)
 
 
 def parser() -> argparse.ArgumentParser:
