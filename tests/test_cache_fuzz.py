@@ -416,3 +416,25 @@ def test_fuzz_random_values_in_a_timed_entry(tune_dir, monkeypatch):
         assert found == [] and again.cached
 
     check()
+
+
+def test_numba_finds_no_writable_cache_folder(tmp_path, stage3, fresh_stand_ins, monkeypatch):
+    """A kernel already in a read-only cache, and a read-only home: Numba finds nowhere to keep
+    compiled code beside the source (it says "no locator available"); the kernel is imported from
+    a copy in a temporary folder, with one warning."""
+    from numba.core import caching
+
+    kernel, found = build_and_run(stage3, tmp_path)
+    assert found == []
+    cache._MODULES.clear()
+
+    class NotUnderTmpPath(caching.InTreeCacheLocator):
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return None if str(py_file).startswith(str(tmp_path)) else super().from_function(py_func, py_file)
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [NotUnderTmpPath])
+    monkeypatch.delenv("NUMBA_CACHE_LOCATOR_CLASSES", raising=False)
+    again, found = build_and_run(stage3, tmp_path)
+    assert len(found) == 1 and "not writable" in found[0] and str(tmp_path) in found[0], found
+    assert again.path != kernel.path and again.path.name == kernel.path.name

@@ -81,6 +81,8 @@ def build(
     module = cache.import_source(path)
     dispatcher = getattr(module, ks.name)
     cache.guard_numba_cache(dispatcher)
+    if Path(module.__file__) != path.resolve():  # imported from a copy (see `cache.import_source`)
+        path = Path(module.__file__)
     kernel = KERNELS[target](ks, dispatcher, path)
     _debug_report(func, kernel)
     return kernel

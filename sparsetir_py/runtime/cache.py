@@ -197,11 +197,15 @@ def _temporary_root() -> Path:
 
 
 def import_source(path: Path) -> ModuleType:
-    """Import the generated module at `path` (once per process).
+    """Import the generated module at `path` (once per process); its `__file__` is where it was
+    imported from.
 
     Python keeps the module's bytecode in `__pycache__`; a bytecode file whose header is intact but
     whose body is damaged fails to load (`bad marshal data`), and Python does not repair it: it is
-    removed, with a `CacheWarning`, and the source imported again."""
+    removed, with a `CacheWarning`, and the source imported again. Numba keeps compiled code beside
+    the source or in the user's cache; where it can write neither (a read-only cache and home
+    folder), or the damaged bytecode cannot be removed, a copy of the source is imported from this
+    process's temporary folder instead, with one `CacheWarning` for the folder."""
     path = path.resolve()
     module = _MODULES.get(path)
     if module is not None:
@@ -210,13 +214,30 @@ def import_source(path: Path) -> ModuleType:
         module = _exec_source(path)
     except Exception as e:
         bytecode = Path(importlib.util.cache_from_source(str(path)))
-        if not bytecode.exists():
+        if "no locator available" in str(e):  # Numba's words for "nowhere to keep the compiled code"
+            module = _import_copy(path, "Numba cannot keep compiled code there")
+        elif not bytecode.exists():
             raise
-        _warn(f"the bytecode {bytecode} of a generated kernel failed to load ({type(e).__name__}: {e}); removing it")
-        bytecode.unlink(missing_ok=True)
-        module = _exec_source(path)
+        else:
+            _warn(
+                f"the bytecode {bytecode} of a generated kernel failed to load ({type(e).__name__}: {e}); removing it"
+            )
+            try:
+                bytecode.unlink(missing_ok=True)
+            except OSError:  # a read-only cache: Python would load the damaged file again
+                module = _import_copy(path, "its damaged bytecode cannot be removed")
+            else:
+                module = _exec_source(path)
     _MODULES[path] = module
     return module
+
+
+def _import_copy(path: Path, why: str) -> ModuleType:
+    """Import a copy of `path` from the folder standing in for its own, which cannot be written."""
+    folder = _STAND_INS.get(path.parent) or _stand_in(path.parent, PermissionError(errno.EACCES, why))
+    copy = folder / path.name
+    _write_atomic(copy, path.read_bytes())
+    return _exec_source(copy)
 
 
 def _exec_source(path: Path) -> ModuleType:
