@@ -5,12 +5,18 @@ A rule file defines `rules(**params) -> list[sp.FormatRewriteRule]` and may defi
 names, for a scipy matrix `A`). Shipped: `bsr` (`block_size`), `ell` (`buckets`), `hyb`
 (`num_col_parts`, `buckets`), `padding` (`pad_size`). `load(path)` loads a user's file as a
 module of the same protocol.
+
+Parameters are checked before any work (`sp.FormatError` naming the parameter and the value):
+sizes (`block_size`, `pad_size`, `num_col_parts`) are positive integers, Python or numpy;
+`buckets` is a non-empty list of distinct powers of two; `num_col_parts` is at most the matrix's
+column count; and what the new format stores must fit its index dtype.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 
@@ -34,12 +40,32 @@ def load(path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise _load_error(path, e) from e
     except BaseException:
         sys.modules.pop(name, None)
         raise
     if not callable(getattr(module, "rules", None)):
         raise FormatError(f"format_rules.load: {path.name} defines no `rules(**params)`")
+    if hasattr(module, "convert") and not callable(module.convert):
+        raise FormatError(
+            f"format_rules.load: {path.name} defines `convert`, but not as a function `convert(A, **params)`"
+        )
     return module
+
+
+def _load_error(path: Path, e: Exception) -> FormatError:
+    """The error of a rule file that does not run: its file, line and source line, and what went wrong."""
+    if isinstance(e, SyntaxError) and (e.filename is None or Path(e.filename).resolve() == path):
+        line, col, text = e.lineno or 0, (e.offset or 1) - 1, e.text or ""
+        where = f"{path}:{line}:{col + 1}: syntax error in the rule file: {e.msg}"
+        return FormatError(f"{where}\n    {text.rstrip()}\n    {' ' * col}^" if text.strip() else where)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path]
+    line = frames[-1].lineno if frames else 0
+    source = frames[-1].line if frames else ""
+    text = f"{path}:{line}: the rule file raised {type(e).__name__}: {e}"
+    return FormatError(f"{text}\n    {source}" if source else text)
 
 
 __all__ = ["SHIPPED", "bsr", "ell", "hyb", "load", "padding"]

@@ -26,7 +26,7 @@ def description(dtype: str = "float32", idtype: str = "int32"):
 
 
 def rules(block_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> list[FormatRewriteRule]:
-    b = block_size
+    b = formats.positive_int("block_size", block_size, formats.index_limit(idtype))
     rule = FormatRewriteRule(
         "bsr",
         description(dtype, idtype).specialize({"block_size": b}),

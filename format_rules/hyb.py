@@ -11,13 +11,22 @@ each part by its own iterators, so only `inv_idx_map` is used).
 
     rules = format_rules.hyb.rules(A, num_col_parts=2, buckets=[1, 2, 4, 8])
     args = format_rules.hyb.convert(A, num_col_parts=2, buckets=[1, 2, 4, 8])
+
+Bounds: `num_col_parts` is at most A's column count (a narrower column part is empty), and at
+most MAX_PARTS parts (column parts x buckets) when `rules` is called without A. `sp.ops` compiles
+only the parts that store a nonzero; on the CPU, parts that share rows (several column parts) are
+a parallel loop apiece, about a second of compile time each on a first call.
 """
 
 from __future__ import annotations
 
 from sparsetir_py import script as T
+from sparsetir_py.errors import FormatError
 from sparsetir_py.format import FormatRewriteRule
 from sparsetir_py.format import converters as formats
+
+#: The most parts (column parts x buckets) `rules` makes for no matrix in particular.
+MAX_PARTS = 1024
 
 
 def description(dtype: str = "float32", idtype: str = "int32"):
@@ -48,6 +57,12 @@ def part_rule(name: str, width: int, dtype: str, idtype: str) -> FormatRewriteRu
 def rules(A=None, num_col_parts: int = 1, buckets=None, dtype: str = "float32", idtype: str = "int32"):
     """The parts' rules; `buckets` defaults to powers of two up to A's longest row."""
     widths = formats.check_buckets(buckets if buckets is not None else formats.default_buckets(A))
+    num_col_parts = formats.check_num_col_parts(num_col_parts, A.shape[1] if A is not None else None)
+    if A is None and num_col_parts * len(widths) > MAX_PARTS:
+        raise FormatError(
+            f"hyb: num_col_parts={num_col_parts} with {len(widths)} buckets makes {num_col_parts * len(widths)} parts, "
+            f"more than MAX_PARTS = {MAX_PARTS} (with the matrix given, num_col_parts is bounded by its columns)"
+        )
     out = [part_rule(f"hyb{p}_{w}", w, dtype, idtype) for p in range(num_col_parts) for w in widths]
     converter = lambda M: convert(M, num_col_parts, widths, dtype, idtype)  # noqa: E731 - one converter for all parts
     for rule in out:
@@ -58,7 +73,7 @@ def rules(A=None, num_col_parts: int = 1, buckets=None, dtype: str = "float32", 
 def convert(A, num_col_parts: int = 1, buckets=None, dtype: str = "float32", idtype: str = "int32") -> dict:
     widths = formats.check_buckets(buckets if buckets is not None else formats.default_buckets(A))
     parts = formats.to_ell_parts(A, widths, num_col_parts, idtype, dtype)
-    names = [f"hyb{p}_{w}" for p in range(num_col_parts) for w in widths]
+    names = [f"hyb{p}_{w}" for p in range(int(num_col_parts)) for w in widths]
     out: dict = {}
     for name, arrays in zip(names, parts):
         out.update(formats.renamed(arrays, name))

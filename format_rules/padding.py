@@ -23,6 +23,7 @@ def description(dtype: str = "float32", idtype: str = "int32"):
 
 
 def rules(pad_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> list[FormatRewriteRule]:
+    pad_size = formats.positive_int("pad_size", pad_size, formats.index_limit("int32"), "n + pad_size is an int32 size")
     rule = FormatRewriteRule(
         "pad",
         description(dtype, idtype),

@@ -4,7 +4,8 @@
 arguments of every new parameter of a decomposition). `rule` holds `FormatRewriteRule` (one
 part of a format decomposition, SparseTIR's eight fields).
 `decomposition` splits a matrix by rules part by part (`decompose(A, rules)`: each part's
-nonzeros, arrays and padding), for display, plots and checks.
+nonzeros, arrays and padding), for display, plots and checks; `rules_of` calls a rule file's
+`rules(**params)` and checks what it returns (`sp.ops` and `decompose` share it).
 `storage` says how many positions a level stores and the shape, order and offset type of a
 buffer's values; `args` binds and checks the arguments of one call (kernels and the interpreter
 share it).
@@ -13,8 +14,8 @@ share it).
 """
 
 from .args import AxisData, BoundArguments, bind_arguments
-from .converters import convert, to_bsr, to_ell_parts, to_padded
-from .decomposition import Decomposition, Part, decompose
+from .converters import check_converted, convert, positive_int, to_bsr, to_ell_parts, to_padded
+from .decomposition import Decomposition, Part, decompose, parameter_names, rules_of
 from .encoding import LevelType, SparseTensorEncoding, parse_encoding
 from .mlir_storage import SparseTensorStorage, to_storage
 from .rule import FormatRewriteRule
@@ -30,12 +31,16 @@ __all__ = [
     "SparseTensorEncoding",
     "SparseTensorStorage",
     "bind_arguments",
+    "check_converted",
     "convert",
     "decompose",
     "eval_storage_shape",
     "n_positions",
     "offset_dtype",
+    "parameter_names",
     "parse_encoding",
+    "positive_int",
+    "rules_of",
     "storage_order",
     "storage_shape",
     "to_bsr",

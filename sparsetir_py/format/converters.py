@@ -16,20 +16,61 @@ exactly one part.
   the columns `n, n + 1, ...` past the matrix (the part's column axis has length `n + width`).
 - `to_padded(A, pad_size)`: CSR whose rows are padded to a multiple of `pad_size`.
 
+Parameters are checked before any work, with a `FormatError` naming the parameter and the value:
+sizes are positive integers (Python or numpy; no bools, floats or strings); bucket widths are
+distinct powers of two; `num_col_parts <= n` (a narrower column part is empty); and every size the
+new format stores (padded shape, columns, value slots) fits the index dtype, counted before
+anything is allocated.
+
 `convert(A, rules)` gives the arguments of every new parameter for a list of rules, through
-the converter each rule's file attached (`rule.converter`), keyed by the renamed names.
+the converter each rule's file attached (`rule.converter`), keyed by the renamed names, or
+inferred (`format.infer`). Whatever a converter returns is checked (`check_converted`) before it
+is used: every parameter present, the structure valid for the new format (the kernels' own
+argument check, `format.args`), and every value slot at the coordinates `inv_idx_map` gives it,
+each nonzero of A in exactly one slot: a part computes where its slot says, so a slot elsewhere
+would be a silently wrong result.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse
 
-from ..errors import FormatError
+from ..errors import FormatError, InputError
+from ..ir.axis import DENSE_FIXED, SPARSE_FIXED
 
 INDEX_DTYPES = ("int32", "int64")
+
+
+def positive_int(name: str, value, limit: int | None = None, why: str = "") -> int:
+    """`value` as an int: a positive integer (Python or numpy), at most `limit` (`why` says where
+    that bound comes from); else a `FormatError` naming `name`."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) or value < 1:
+        raise FormatError(f"{name} must be a positive integer, got {value!r}")
+    if limit is not None and value > limit:
+        raise FormatError(f"{name} must be at most {limit}{f' ({why})' if why else ''}, got {value!r}")
+    return int(value)
+
+
+def index_limit(idtype) -> int:
+    """The largest size or coordinate the index dtype (int32 or int64) holds."""
+    try:
+        name = np.dtype(idtype).name if isinstance(idtype, str | np.dtype | type) else None
+    except TypeError:
+        name = None
+    if name not in INDEX_DTYPES:
+        raise FormatError(f"index dtype must be int32 or int64, got {idtype!r}")
+    return int(np.iinfo(name).max)
+
+
+def _fits(what: str, count: int | float, it) -> None:
+    """A size of the new format, counted before anything is allocated, that must fit `it` (the
+    index dtype, or int32 for a size that is a scalar parameter of the format)."""
+    if count > index_limit(it):
+        raise FormatError(f"{what}: {count:.0f}, more than {np.dtype(it)} holds (at most {index_limit(it)})")
 
 
 def canonical(A, idtype: str | None = None) -> tuple[scipy.sparse.csr_matrix, np.dtype]:
@@ -54,10 +95,20 @@ def row_ids(csr: scipy.sparse.csr_matrix) -> np.ndarray:
 
 def to_bsr(A, block_size: int, idtype: str | None = None, dtype=None) -> dict[str, object]:
     """BSR arrays (`a` of shape (nnzb, b, b), `indptr`, `indices`, block counts `m`, `n`, `nnz`)."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer) or block_size < 1:
-        raise FormatError(f"block_size must be a positive integer, got {block_size!r}")
+    b = positive_int("block_size", block_size)
     csr, it = canonical(A, idtype)
-    b = int(block_size)
+    m, n = csr.shape
+    mb, nb = -(-m // b), -(-n // b)
+    _fits(f"block_size={b}: the padded shape {mb * b} x {nb * b}", max(mb, nb) * b, it)
+    blocks = np.unique((row_ids(csr) // b) * nb + csr.indices.astype(np.int64) // b).size
+    _fits(f"block_size={b}: the values of {blocks} blocks of {b} x {b}", blocks * b * b, it)
+    try:
+        return _bsr(csr, b, it, dtype)
+    except MemoryError:
+        raise FormatError(f"block_size={b}: {blocks} blocks of {b} x {b} values do not fit in memory") from None
+
+
+def _bsr(csr: scipy.sparse.csr_matrix, b: int, it: np.dtype, dtype) -> dict[str, object]:
     m, n = csr.shape
     mb, nb = -(-m // b), -(-n // b)
     indptr = np.concatenate([csr.indptr.astype(np.int64), np.full(mb * b - m, csr.nnz, np.int64)])
@@ -77,10 +128,23 @@ def default_buckets(A) -> list[int]:
 
 
 def check_buckets(buckets: Sequence[int]) -> list[int]:
-    widths = sorted(int(w) for w in buckets)
-    if not widths or any(w < 1 or w & (w - 1) for w in widths) or len(set(widths)) != len(widths):
+    """The bucket widths, sorted: a non-empty list of distinct powers of two (ints, Python or
+    numpy), each within int32 (a width is a column count of the format)."""
+    if isinstance(buckets, np.ndarray):
+        buckets = buckets.tolist() if buckets.ndim == 1 else buckets
+    if not isinstance(buckets, list | tuple) or not buckets:
+        raise FormatError(f"buckets must be a non-empty list of powers of two, got {buckets!r}")
+    widths = sorted(positive_int("a bucket width", w, index_limit(np.int32)) for w in buckets)
+    if any(w & (w - 1) for w in widths) or len(set(widths)) != len(widths):
         raise FormatError(f"buckets must be distinct powers of two, got {list(buckets)}")
     return widths
+
+
+def check_num_col_parts(num_col_parts, n: int | None = None) -> int:
+    """`num_col_parts` as an int: positive, and at most the number of columns `n` (when known;
+    at least 1): a column part narrower than one column would be empty."""
+    limit = max(int(n), 1) if n is not None else None
+    return positive_int("num_col_parts", num_col_parts, limit, "the matrix's columns: a column part holds one at least")
 
 
 def to_ell_parts(
@@ -90,10 +154,10 @@ def to_ell_parts(
     (rows per layer), `rows` (the original row of each part row), `cols` (rows x width columns),
     `layers`, `m`, `n` (n + width), `nrows`."""
     widths = check_buckets(buckets)
-    if isinstance(num_col_parts, bool) or not isinstance(num_col_parts, int | np.integer) or num_col_parts < 1:
-        raise FormatError(f"num_col_parts must be a positive integer, got {num_col_parts!r}")
     csr, it = canonical(A, idtype)
     m, n = csr.shape
+    num_col_parts = check_num_col_parts(num_col_parts, n)
+    _fits(f"buckets {widths}: the widest part's column count n + width", n + widths[-1], "int32")
     values = np.asarray(csr.data, dtype=dtype or csr.dtype)
     rows, cols = row_ids(csr), csr.indices.astype(np.int64)
     part_width = -(-n // num_col_parts) if n else 1
@@ -124,6 +188,8 @@ def to_ell_parts(
     bounds = np.searchsorted(
         group[by_group], np.arange(num_col_parts * len(widths) + 1) * (int(chunk_layer.max(initial=0)) + 1)
     )
+    slots = np.asarray(widths, np.int64)[chunk_bucket]
+    _fits(f"buckets {widths}: the value slots of the parts", int(slots.sum(initial=0)), it)
     out = []
     for p in range(num_col_parts):
         for w_index, w in enumerate(widths):
@@ -153,12 +219,13 @@ def to_ell_parts(
 
 def to_padded(A, pad_size: int, idtype: str | None = None, dtype=None) -> dict[str, object]:
     """CSR with every row padded to a multiple of `pad_size` (padding columns `n, n + 1, ...`)."""
-    if isinstance(pad_size, bool) or not isinstance(pad_size, int | np.integer) or pad_size < 1:
-        raise FormatError(f"pad_size must be a positive integer, got {pad_size!r}")
+    pad_size = positive_int("pad_size", pad_size)
     csr, it = canonical(A, idtype)
     m, n = csr.shape
+    _fits(f"pad_size={pad_size}: the padded column count n + pad_size", n + pad_size, "int32")
     lengths = np.diff(csr.indptr).astype(np.int64)
     padded_len = -(-lengths // pad_size) * pad_size
+    _fits(f"pad_size={pad_size}: the padded rows' value slots", float(padded_len.sum(dtype=np.float64)), "int32")
     indptr = np.zeros(m + 1, np.int64)
     np.cumsum(padded_len, out=indptr[1:])
     total = int(indptr[-1])
@@ -182,10 +249,18 @@ def convert(A, rules) -> dict[str, object]:
     """The arguments of every new parameter of `rules` for the scipy matrix `A`, keyed by the
     renamed names (`a_<rule>`, `indptr_<rule>`, ...): from the converter each rule's file
     attached, else inferred from the rule's index maps (`format.infer`; one such rule at most,
-    since nothing says how several would share the nonzeros)."""
-    from .infer import infer
+    since nothing says how several would share the nonzeros). The result is checked
+    (`check_converted`): a `FormatError` names the rule and what does not fit."""
+    from .infer import check_maps, infer
+    from .rule import FormatRewriteRule
 
-    rules = list(rules)
+    rules = list(rules) if isinstance(rules, list | tuple) else [rules]
+    if not rules or not all(isinstance(r, FormatRewriteRule) for r in rules):
+        raise FormatError(f"convert: expected a non-empty list of FormatRewriteRule, got {rules!r}")
+    names = [r.name for r in rules]
+    if len(set(names)) != len(names):
+        raise FormatError(f"convert: rule names must be unique, got {names}")
+    csr, _ = canonical(A)
     bare = [r for r in rules if getattr(r, "converter", None) is None]
     if len(bare) > 1 or (bare and len(rules) > 1):
         raise FormatError(
@@ -197,10 +272,183 @@ def convert(A, rules) -> dict[str, object]:
     done: set[int] = set()
     for rule in rules:
         if rule.converter is None:
-            out.update(infer(A, rule))
+            check_maps(csr, rule)  # before inference builds levels of what idx_map gives
+            out.update(_guarded(rule, "inferring its arrays", lambda rule=rule: infer(A, rule)))
             continue
         if id(rule.converter) in done:
             continue
         done.add(id(rule.converter))
-        out.update(rule.converter(A))
+        result = _guarded(rule, "its converter", lambda rule=rule: rule.converter(A))
+        if not isinstance(result, dict) or not all(isinstance(k, str) for k in result):
+            raise FormatError(
+                f"rule `{rule.name}`: its converter must return a dict of arguments keyed by renamed parameter "
+                f"names (`a_{rule.name}`, ...), got {type(result).__name__}"
+            )
+        out.update(result)
+    check_converted(csr, rules, out)
     return out
+
+
+def _guarded(rule, what: str, run):
+    """`run()`, with whatever it raises but a FormatError turned into one naming the rule."""
+    try:
+        return run()
+    except FormatError:
+        raise
+    except MemoryError:
+        raise FormatError(f"rule `{rule.name}`: {what} needs more memory than there is") from None
+    except Exception as e:
+        raise FormatError(f"rule `{rule.name}`: {what} failed: {type(e).__name__}: {e}") from e
+
+
+def check_converted(A, rules, arrays: dict[str, object]) -> None:
+    """Check converted arguments against their rules (see the module docstring); `A` is the
+    canonical CSR matrix they were converted from. A `FormatError` names the rule, the parameter
+    or the coordinate that does not fit."""
+    m, n = A.shape
+    keys = row_ids(A) * max(n, 1) + A.indices.astype(np.int64)  # sorted: A is canonical
+    covered = np.zeros(A.nnz, np.int64)  # slots holding each nonzero of A, over all parts
+    owner = np.full(A.nnz, -1, np.int64)
+    wanted = None
+    for k, rule in enumerate(rules):
+        if len(rule.axes_before_rewrite) != 2:
+            raise FormatError(f"rule `{rule.name}`: converting a matrix needs a rule over its two axes")
+        desc = rule.new_format_desc
+        own = {}
+        for p in desc.params:
+            name = f"{p.name}_{rule.name}"
+            if name not in arrays:
+                expected = ", ".join(f"`{q.name}_{rule.name}`" for q in desc.params)
+                raise FormatError(f"rule `{rule.name}`: the conversion gives no `{name}` (it must give {expected})")
+            own[p.name] = arrays[name]
+        for buf in desc.buffers:
+            value = own.get(buf.data.name) if buf.data is not None else None
+            if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.dtype != np.dtype(buf.dtype):
+                own[buf.data.name] = value.astype(buf.dtype)  # values are compared, not typed, here
+        from .args import bind_arguments
+
+        try:
+            bound = bind_arguments(desc, (), own)
+        except InputError as e:
+            raise FormatError(
+                f"rule `{rule.name}`: the converted arrays do not fit the format `{desc.name}` (its parameters, "
+                f"renamed `<name>_{rule.name}`): {e}"
+            ) from None
+        for name in rule.buffers_to_rewrite:
+            buf = rule.new_buffer(name)
+            coords, slots = _slot_coordinates(rule, buf, bound)
+            values = bound.buffers[buf]
+            if np.any(values[slots:] != 0):
+                raise FormatError(f"rule `{rule.name}`: `{buf.name}` holds values past its {slots} slots")
+            values = values[:slots]
+            new = [coords[a] for a in rule.axes_after_rewrite]
+            old = rule.inv_idx_map.evaluate(new)
+            if wanted is None:
+                data = A.data.astype(values.dtype)
+                wanted = data != 0
+            _check_slots(rule, buf, new, old, values, (m, n), keys, data, wanted, covered, owner, k)
+    _check_cover(rules, A, wanted if wanted is not None else A.data != 0, covered, owner)
+
+
+def _slot_coordinates(rule, buf, bound) -> tuple[dict[str, np.ndarray], int]:
+    """The coordinate on every axis of each value slot of `buf` (levels nested parent to child,
+    as the format's storage is), and the number of slots."""
+    coords: dict[str, np.ndarray] = {}
+    n_pos = 1
+    for level, axis in enumerate(buf.axes):
+        ad = bound.axes[axis]
+        if axis.kind == DENSE_FIXED:
+            coords = {k: np.repeat(v, ad.length) for k, v in coords.items()}
+            coords[axis.name] = np.tile(np.arange(ad.length, dtype=np.int64), n_pos)
+            n_pos *= ad.length
+            continue
+        if level == 0 or axis.parent is not buf.axes[level - 1] or bound.axes[axis.parent].n_pos != n_pos:
+            raise FormatError(
+                f"rule `{rule.name}`: `{buf.name}` stores axis `{axis.name}` under levels other than its parent's; "
+                "its slots cannot be checked against inv_idx_map (nest each sparse axis under the axis before it)"
+            )
+        counts = np.full(n_pos, ad.nnz_cols, np.int64) if axis.kind == SPARSE_FIXED else np.diff(ad.indptr)
+        parent = np.repeat(np.arange(n_pos, dtype=np.int64), counts)
+        coords = {k: v[parent] for k, v in coords.items()}
+        if ad.indices is not None:
+            coords[axis.name] = ad.indices.astype(np.int64)
+        else:  # dense variable: 0 .. length - 1 under each parent
+            coords[axis.name] = np.arange(len(parent), dtype=np.int64) - np.repeat(
+                ad.indptr[:-1].astype(np.int64), counts
+            )
+        n_pos = ad.n_pos
+    return coords, n_pos
+
+
+def _check_slots(rule, buf, new, old, values, shape, keys, data, wanted, covered, owner, k) -> None:
+    """Every slot maps through inv_idx_map to a coordinate the kernel may read (padding: not
+    negative) and every slot holding a value to the nonzero of A holding that value."""
+    m, n = shape
+    negative = np.zeros(len(values), bool)
+    for c in old:
+        negative |= c < 0
+    stored = values != 0
+    if negative.any():
+        raise _slot_error(rule, buf, new, old, values, int(np.argmax(negative)), "a negative coordinate")
+    inside = stored & (old[0] < m) & (old[1] < n)
+    outside = stored & ~inside
+    if outside.any():
+        raise _slot_error(rule, buf, new, old, values, int(np.argmax(outside)), f"outside the {m} x {n} matrix")
+    padding = ~stored & (old[0] < m) & (old[1] < n)
+    pad_key = old[0][padding] * max(n, 1) + old[1][padding]
+    pad_pos = np.minimum(np.searchsorted(keys, pad_key), max(len(keys) - 1, 0))
+    clash = (keys[pad_pos] == pad_key) & wanted[pad_pos] if len(keys) else np.zeros(len(pad_key), bool)
+    if clash.any():
+        at = int(np.flatnonzero(padding)[np.argmax(clash)])
+        raise _slot_error(rule, buf, new, old, values, at, "where A stores a nonzero (padding must lie elsewhere)")
+    key = old[0][stored] * max(n, 1) + old[1][stored]
+    pos = np.searchsorted(keys, key)
+    found = pos < len(keys)
+    found[found] = keys[pos[found]] == key
+    same = np.zeros(len(key), bool)
+    same[found] = (data[pos[found]] == values[stored][found]) | (
+        np.isnan(data[pos[found]]) & np.isnan(values[stored][found])
+    )
+    if not same.all():
+        at = int(np.flatnonzero(stored)[np.argmax(~same)])
+        what = "where A stores another value" if found[np.argmax(~same)] else "which A does not store"
+        raise _slot_error(rule, buf, new, old, values, at, what)
+    np.add.at(covered, pos, 1)
+    owner[pos] = np.where(owner[pos] < 0, k, owner[pos])
+
+
+def _slot_error(rule, buf, new, old, values, at: int, what: str) -> FormatError:
+    slot = tuple(int(c[at]) for c in new)
+    back = tuple(int(c[at]) for c in old)
+    return FormatError(
+        f"rule `{rule.name}`: the slot of `{buf.name}` at {_point(rule.axes_after_rewrite, slot)} holds "
+        f"{values[at].item()!r}, and inv_idx_map takes it to {back}, {what}: the part would compute there "
+        "(a converter must place each nonzero where inv_idx_map finds it, padding at coordinates not below 0)"
+    )
+
+
+def _check_cover(rules, A, wanted: np.ndarray, covered: np.ndarray, owner: np.ndarray) -> None:
+    """Each nonzero of A in exactly one slot of one part (explicit zeros: at most one)."""
+    rows = row_ids(A)
+    missing = wanted & (covered == 0)
+    if missing.any():
+        i = int(np.argmax(missing))
+        raise FormatError(
+            f"rules {_rule_names(rules)}: A's nonzero at ({rows[i]}, {A.indices[i]}) is in no part: the conversion "
+            "drops it (the rules must partition the stored nonzeros)"
+        )
+    twice = covered > 1
+    if twice.any():
+        i = int(np.argmax(twice))
+        raise FormatError(
+            f"rules {_rule_names(rules)}: A's nonzero at ({rows[i]}, {A.indices[i]}) is stored {covered[i]} times "
+            f"(first by rule `{rules[owner[i]].name}`): it would count more than once"
+        )
+
+
+def _rule_names(rules) -> str:
+    return ", ".join(f"`{r.name}`" for r in rules)
+
+
+def _point(names, coords) -> str:
+    return "(" + ", ".join(f"{a}={c}" for a, c in zip(names, coords)) + ")"

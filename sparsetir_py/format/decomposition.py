@@ -119,26 +119,92 @@ class Decomposition:
 
 
 def rules_of(format_or_rules, A, params: dict, dtype: str, idtype: str) -> list[FormatRewriteRule]:
-    """A rule module's `rules(**params)` (given A, dtype, idtype where it takes them), or a list of rules."""
+    """A rule module's `rules(**params)` (given A, dtype, idtype where it takes them), or a list of
+    rules, checked: a non-empty list of `FormatRewriteRule` with distinct names. A module's own
+    `convert(A, **params)` becomes every rule's converter, as the README says (the file's `convert`
+    when it has one). A `FormatError` names the format and what is wrong."""
     if isinstance(format_or_rules, FormatRewriteRule):
         format_or_rules = [format_or_rules]
     if isinstance(format_or_rules, list | tuple):
         if params:
             raise FormatError(f"parameters {', '.join(params)} need a rule module, not a list of rules")
-        if not all(isinstance(r, FormatRewriteRule) for r in format_or_rules):
-            raise FormatError("expected a list of FormatRewriteRule")
-        return list(format_or_rules)
+        return _checked("the list of rules", format_or_rules)
     make = getattr(format_or_rules, "rules", None)
     if not callable(make):
         raise FormatError(
             f"expected a rule module (with `rules(**params)`) or a list of rules, got {type(format_or_rules).__name__}"
         )
-    accepted = inspect.signature(make).parameters
-    extra = {k: v for k, v in (("A", A), ("dtype", dtype), ("idtype", idtype)) if k in accepted}
+    name = f"format `{getattr(format_or_rules, '__name__', type(format_or_rules).__name__)}`"
+    call = _call_args(name, "rules", make, params, {"A": A, "dtype": dtype, "idtype": idtype})
     try:
-        return list(make(**params, **extra))
-    except TypeError as e:
-        raise FormatError(f"format `{getattr(format_or_rules, '__name__', '?')}`: {e}") from None
+        made = make(**call)
+    except FormatError:
+        raise
+    except Exception as e:
+        raise FormatError(f"{name}: rules({_shown(params)}) raised {type(e).__name__}: {e}") from e
+    rules = _checked(f"{name}: rules({_shown(params)})", made)
+    convert_fn = getattr(format_or_rules, "convert", None)
+    if callable(convert_fn):
+        given = _call_args(name, "convert", convert_fn, params, {"dtype": dtype, "idtype": idtype}, first="A")
+
+        def converter(M, convert_fn=convert_fn, given=given):
+            return convert_fn(M, **given)
+
+        for r in rules:
+            r.converter = converter
+    return rules
+
+
+def parameter_names(fn) -> list[str] | None:
+    """The keyword parameters `fn` takes (None when it takes any, `**kwargs`)."""
+    ps = inspect.signature(fn).parameters.values()
+    if any(p.kind == p.VAR_KEYWORD for p in ps):
+        return None
+    return [p.name for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _call_args(name: str, what: str, fn, params: dict, given: dict, first: str | None = None) -> dict:
+    """`params` and those of `given` that `fn` takes, checked against its signature."""
+    try:
+        accepted = parameter_names(fn)
+    except (TypeError, ValueError):
+        accepted = None
+    if accepted is not None and first is not None:
+        accepted = accepted[1:]  # the matrix, passed first
+    unknown = [k for k in params if accepted is not None and k not in accepted]
+    if unknown:
+        raise FormatError(
+            f"{name}: {what}() got an unexpected keyword argument {', '.join(f'`{k}`' for k in unknown)} "
+            f"(it takes {', '.join(f'`{k}`' for k in (accepted or [])) or 'none'})"
+        )
+    call = dict(params)
+    call.update({k: v for k, v in given.items() if accepted is not None and k in accepted and k not in params})
+    try:
+        if first is not None:
+            inspect.signature(fn).bind(None, **call)
+        else:
+            inspect.signature(fn).bind(**call)
+    except (TypeError, ValueError) as e:
+        raise FormatError(f"{name}: {what}({_shown(params)}): {e}") from None
+    return call
+
+
+def _checked(where: str, made) -> list[FormatRewriteRule]:
+    if not isinstance(made, list | tuple):
+        raise FormatError(f"{where} must return a list of FormatRewriteRule, got {type(made).__name__}")
+    for r in made:
+        if not isinstance(r, FormatRewriteRule):
+            raise FormatError(f"{where} gave {r!r} ({type(r).__name__}), not a FormatRewriteRule")
+    if not made:
+        raise FormatError(f"{where} gave no rule")
+    names = [r.name for r in made]
+    if len(set(names)) != len(names):
+        raise FormatError(f"{where} gave rules with the same name: {names}")
+    return list(made)
+
+
+def _shown(params: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in params.items())
 
 
 def decompose(A, format_or_rules, **params) -> Decomposition:

@@ -30,10 +30,36 @@ from ..ir.eval import eval_int
 from ..ir.expr import Var
 
 
+def check_maps(A, rule) -> None:
+    """`idx_map` on the stored coordinates of the canonical CSR matrix `A`: not negative, within
+    the new axes' index dtype, and brought back by `inv_idx_map` (unless that is proven for every
+    coordinate); a `FormatError` names the rule and the first coordinate that fails."""
+    if len(rule.axes_before_rewrite) != 2:
+        raise FormatError(f"rule `{rule.name}`: converting a matrix needs a rule over its two axes")
+    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+    cols = A.indices.astype(np.int64)
+    mapped = rule.idx_map.evaluate([rows, cols])
+    for name, c in zip(rule.axes_after_rewrite, mapped):
+        limit = np.iinfo(np.dtype(rule.new_axis(name).idtype)).max
+        bad = (c < 0) | (c > limit)
+        if bad.any():
+            k = int(np.argmax(bad))
+            point = tuple(int(x[k]) for x in mapped)
+            raise FormatError(
+                f"rule `{rule.name}`: idx_map takes A's nonzero at ({rows[k]}, {cols[k]}) to {point}, whose `{name}` "
+                f"coordinate {int(c[k])} is outside the axis (0 up to {limit})"
+            )
+    if rule.inverse_proven:
+        return
+    back = rule.inv_idx_map.evaluate(mapped)
+    wrong = (back[0] != rows) | (back[1] != cols)
+    if wrong.any():
+        k = int(np.argmax(wrong))
+        raise rule.not_inverse((int(rows[k]), int(cols[k])))
+
+
 def infer(A, rule, dtype=None) -> dict[str, object]:
     """The arguments of `rule`'s new parameters for the scipy matrix `A`, keyed by renamed name."""
-    if rule.idx_map.fn is None:
-        raise FormatError(f"rule `{rule.name}`: inferring its structure needs idx_map as a Python callable")
     if len(rule.axes_before_rewrite) != 2 or len(rule.buffers_to_rewrite) != 1:
         raise FormatError(f"rule `{rule.name}`: inference handles one buffer over two axes; write a `convert`")
     csr = A.tocsr() if scipy.sparse.issparse(A) else None
@@ -116,9 +142,8 @@ def infer(A, rule, dtype=None) -> dict[str, object]:
 
 
 def _evaluate(rule, rows: np.ndarray, cols: np.ndarray) -> list[np.ndarray]:
-    out = rule.idx_map.fn(rows, cols)
-    out = out if isinstance(out, list | tuple) else (out,)
-    return [np.broadcast_to(np.asarray(c, dtype=np.int64), rows.shape).copy() for c in out]
+    """idx_map on arrays of coordinates: its traced expressions, as the kernels compute them."""
+    return [c.copy() for c in rule.idx_map.evaluate([rows, cols])]
 
 
 def _ranges(rule, m: int, n: int) -> dict[str, int]:

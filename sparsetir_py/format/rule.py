@@ -12,15 +12,26 @@
 
 The eight fields keep SparseTIR's names and order. Index maps are Python callables or
 `sparsetir_py.arith` indexing maps; a callable is traced once on symbolic dimensions (as TVM's
-`IndexMap.from_func`), so it must be affine with `//` and `%` by constants. Everything that can
-be checked without the function being rewritten is checked here, with a `FormatError` naming the
-field; `decompose_format` checks the rest (that the axes and buffers exist there, dtypes).
+`IndexMap.from_func`), so it must be affine with `//` and `%` by constants (Python or numpy
+integers). Everything that can be checked without the function being rewritten is checked here,
+with a `FormatError` naming the rule and the field; `decompose_format` checks the rest (that the
+axes and buffers exist there, dtypes).
+
+`inv_idx_map` must undo `idx_map`: the computation of a part reads its values at the old
+coordinates `inv_idx_map` gives, while its arrays are built through `idx_map`. The composition is
+simplified symbolically; when it is not the identity, a small grid of coordinates is searched for
+one that does not come back (a `FormatError` naming it), and what neither settles is checked on
+the stored coordinates of every matrix converted (`sp.format.convert`, which `sp.ops` and
+`sp.format.decompose` go through).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..arith import AffineExpr, IndexingMap, const, dim
 from ..errors import FormatError
@@ -41,6 +52,13 @@ class TracedMap:
     def __str__(self) -> str:
         dims = ", ".join(f"d{k}" for k in range(self.arity))
         return f"({dims}) -> ({', '.join(str(r) for r in self.results)})"
+
+    def evaluate(self, coords: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The map applied to arrays of coordinates (one int64 array per dimension, all of one
+        shape): the traced expressions, as the decomposed kernels compute them."""
+        shape = np.shape(coords[0]) if coords else ()
+        dims = [np.asarray(c, dtype=np.int64) for c in coords]
+        return [np.broadcast_to(np.asarray(r.evaluate(dims), dtype=np.int64), shape) for r in self.results]
 
 
 IndexMapLike = Callable[..., Sequence] | IndexingMap | TracedMap
@@ -76,13 +94,23 @@ class FormatRewriteRule:
         self.buffers_to_rewrite = _names(name, "buffers_to_rewrite", buffers_to_rewrite)
         self.axes_before_rewrite = _names(name, "axes_before_rewrite", axes_before_rewrite)
         self.axes_after_rewrite = _names(name, "axes_after_rewrite", axes_after_rewrite)
-        self.axis_map = {str(k): _names(name, f"axis_map[{k!r}]", v) for k, v in dict(axis_map).items()}
+        if not isinstance(axis_map, Mapping):
+            raise FormatError(
+                f"rule `{name}`: axis_map must be a dict (old axis -> list of new axes), got {type(axis_map).__name__}"
+            )
+        for k in axis_map:
+            if not isinstance(k, str):
+                raise FormatError(f"rule `{name}`: axis_map's keys must be axis names, got {k!r}")
+        self.axis_map = {k: _names(name, f"axis_map[{k!r}]", v) for k, v in axis_map.items()}
         self._check_format()
         self._check_axis_map()
         self.idx_map = trace(name, "idx_map", idx_map, len(self.axes_before_rewrite), len(self.axes_after_rewrite))
         self.inv_idx_map = trace(
             name, "inv_idx_map", inv_idx_map, len(self.axes_after_rewrite), len(self.axes_before_rewrite)
         )
+        # True when `inv_idx_map(idx_map(p)) == p` simplifies to the identity; otherwise no small
+        # coordinate contradicts it, and `sp.format.convert` checks every matrix's coordinates.
+        self.inverse_proven = self._check_inverse()
         # `converter(A) -> {renamed parameter: argument}`, set by a rule file that has `convert`
         # (`sp.format.convert` uses it); None for a rule written by hand.
         self.converter: Callable[..., dict] | None = None
@@ -102,6 +130,13 @@ class FormatRewriteRule:
 
     def _check_format(self) -> None:
         desc = self.new_format_desc
+        for field in ("buffers_to_rewrite", "axes_before_rewrite", "axes_after_rewrite"):
+            names = getattr(self, field)
+            if not names:
+                raise FormatError(f"rule `{self.name}`: {field} is empty; it names at least one")
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise FormatError(f"rule `{self.name}`: {field} repeats {_listed(repeated)}")
         axis_names = [a.name for a in desc.axes]
         for a in self.axes_after_rewrite:
             if a not in axis_names:
@@ -116,6 +151,14 @@ class FormatRewriteRule:
                     f"rule `{self.name}`: buffers_to_rewrite names `{b}`, but `{desc.name}` declares no sparse buffer "
                     f"of that name (it declares {_listed(buffer_names)}); the new format declares the rewritten "
                     "buffer under its own name"
+                )
+            # The part's computation iterates axes_after_rewrite and reads the buffer by those
+            # iterators: an axis of one and not the other would drop or repeat values.
+            axes = [a.name for a in self.new_buffer(b).axes]
+            if sorted(axes) != sorted(self.axes_after_rewrite):
+                raise FormatError(
+                    f"rule `{self.name}`: `{b}` of `{desc.name}` is over {_listed(axes)}, but axes_after_rewrite is "
+                    f"{_listed(self.axes_after_rewrite)}; the rewritten buffer is over exactly the new axes"
                 )
 
     def _check_axis_map(self) -> None:
@@ -135,6 +178,34 @@ class FormatRewriteRule:
         uncovered = [a for a in self.axes_after_rewrite if a not in targets]
         if uncovered:
             raise FormatError(f"rule `{self.name}`: no axis of axes_before_rewrite maps to {_listed(uncovered)}")
+
+    def _check_inverse(self) -> bool:
+        """Whether `inv_idx_map(idx_map(p)) == p` is proven symbolically; a `FormatError` naming a
+        coordinate where it fails, when a small one does."""
+        arity = len(self.axes_before_rewrite)
+        composed = [r.substitute(dims=list(self.idx_map.results)) for r in self.inv_idx_map.results]
+        if all(c == dim(k) for k, c in enumerate(composed)):
+            return True
+        side = max(2, min(16, int(4096 ** (1 / arity))))
+        grid = [g.reshape(-1) for g in np.meshgrid(*[np.arange(side, dtype=np.int64)] * arity, indexing="ij")]
+        back = TracedMap(arity, tuple(composed)).evaluate(grid)
+        wrong = np.zeros(len(grid[0]), bool)
+        for g, b in zip(grid, back):
+            wrong |= g != b
+        if wrong.any():
+            k = int(np.argmax(wrong))
+            raise self.not_inverse(tuple(int(g[k]) for g in grid))
+        return False
+
+    def not_inverse(self, point: tuple[int, ...]) -> FormatError:
+        """The error for a coordinate `point` that `inv_idx_map` does not bring back."""
+        new = tuple(int(c) for c in (r.evaluate(list(point)) for r in self.idx_map.results))
+        back = tuple(int(c) for c in (r.evaluate(list(new)) for r in self.inv_idx_map.results))
+        return FormatError(
+            f"rule `{self.name}`: inv_idx_map does not undo idx_map: idx_map{_point(point)} = {_point(new)}, but "
+            f"inv_idx_map{_point(new)} = {_point(back)}; a part would compute at other coordinates than those it "
+            f"stores (idx_map {self.idx_map}, inv_idx_map {self.inv_idx_map})"
+        )
 
     def source_axis(self, new_axis_name: str) -> str:
         """The old axis that `axis_map` maps to `new_axis_name` (the first, if several)."""
@@ -156,10 +227,15 @@ def trace(rule: str, field: str, fn: IndexMapLike, arity: int, results: int) -> 
         return TracedMap(arity, tuple(fn.results))
     if not callable(fn):
         raise FormatError(f"rule `{rule}`: {field} must be a callable or an arith.IndexingMap, got {type(fn).__name__}")
+    coords = [Coordinate(dim(k)) for k in range(arity)]
     try:
-        out = fn(*(dim(k) for k in range(arity)))
+        inspect.signature(fn).bind(*coords)
     except TypeError as e:
         raise FormatError(f"rule `{rule}`: {field} must take {arity} coordinates: {e}") from None
+    except ValueError:  # a builtin without a signature: calling it tells
+        pass
+    try:
+        out = fn(*coords)
     except Exception as e:  # a non-affine operation on the symbolic coordinates
         raise FormatError(
             f"rule `{rule}`: {field} must be affine in its coordinates (+, -, * and // or % by constants): {e}"
@@ -169,16 +245,72 @@ def trace(rule: str, field: str, fn: IndexMapLike, arity: int, results: int) -> 
         raise FormatError(f"rule `{rule}`: {field} must return {results} coordinates, got {len(out)}")
     exprs = []
     for r in out:
-        if isinstance(r, bool) or not isinstance(r, int | AffineExpr):
+        r = r.expr if isinstance(r, Coordinate) else r
+        if isinstance(r, bool | np.bool_) or not isinstance(r, int | np.integer | AffineExpr):
             raise FormatError(f"rule `{rule}`: {field} returned {r!r}, not an affine expression of its coordinates")
-        exprs.append(const(r) if isinstance(r, int) else r)
+        exprs.append(r if isinstance(r, AffineExpr) else const(int(r)))
     return TracedMap(arity, tuple(exprs), fn)
 
 
+class Coordinate:
+    """A symbolic coordinate handed to an index-map callable while it is traced: an affine
+    expression that also takes numpy integers as constants (a parameter of a rule file is often
+    one). Anything but `+ - * // %` with integers is not affine and fails."""
+
+    __slots__ = ("expr",)
+    __array_ufunc__ = None  # numpy scalars defer to the methods below
+
+    def __init__(self, expr: AffineExpr):
+        self.expr = expr
+
+    def __repr__(self) -> str:
+        return str(self.expr)
+
+    def __add__(self, other):
+        return Coordinate(self.expr + _operand(other))
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return Coordinate(self.expr - _operand(other))
+
+    def __rsub__(self, other):
+        return Coordinate(_operand(other) - self.expr)
+
+    def __mul__(self, other):
+        return Coordinate(self.expr * _operand(other))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        return Coordinate(self.expr.floordiv(_operand(other)))
+
+    def __mod__(self, other):
+        return Coordinate(self.expr.mod(_operand(other)))
+
+    def __neg__(self):
+        return Coordinate(-self.expr)
+
+    def __pos__(self):
+        return self
+
+
+def _operand(value) -> AffineExpr | int:
+    if isinstance(value, Coordinate):
+        return value.expr
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer | AffineExpr):
+        raise TypeError(f"{value!r} is not an integer or a coordinate")
+    return value if isinstance(value, AffineExpr) else int(value)
+
+
 def _names(rule: str, field: str, value) -> tuple[str, ...]:
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise FormatError(f"rule `{rule}`: {field} must be a list of names, got {value!r}")
     return tuple(value)
+
+
+def _point(p: Sequence[int]) -> str:
+    return "(" + ", ".join(str(int(c)) for c in p) + ")"
 
 
 def _listed(names) -> str:
