@@ -8,13 +8,12 @@ the generated source (printed by `build`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
 from .ir.func import IRModule, PrimFunc
 from .ir.layout import Layout
 from .ir.verify import verify_cached
-from .runtime.build import build
+from .runtime.build import build, debug_level
 from .runtime.kernel import Kernel
 from .schedule import Schedule
 from .transform import (
@@ -30,7 +29,7 @@ from .transform import (
 
 
 def _debug(stage: str, mod: IRModule) -> None:
-    level = int(os.environ.get("SPARSETIR_DEBUG", "0") or 0)
+    level = debug_level()
     if level >= 1:
         print(f"[sparsetir_py] {stage}: {', '.join(mod)}")
     if level >= 2:

@@ -413,3 +413,19 @@ def test_debug_zero_is_not_debugging(tmp_path, capsys, monkeypatch):
     path.write_text("import sys\nsys.exit(9)\n")
     code, _, err = run(["show", path], capsys)
     assert code == 2 and "Traceback" in err and "SystemExit: 9" in err
+
+
+def test_debug_variable_that_is_not_a_number_builds_quietly(monkeypatch, capsys):
+    """`SPARSETIR_DEBUG=yes` is no level: builds run as with 0 instead of failing in `int()`."""
+    import numpy as np
+
+    import sparsetir_py as sp
+
+    monkeypatch.setenv("SPARSETIR_DEBUG", "yes")
+    A = sp.data.load_matrix("karate")
+    B = np.ones((34, 2), np.float32)
+    C = np.zeros((34, 2), np.float32)
+    kernel = sp.compile(sp.ops.spmm_script(), "cpu")
+    kernel(a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=34, n=34, feat=2, nnz=A.nnz)
+    np.testing.assert_allclose(C, A @ B)
+    assert "[sparsetir_py]" not in capsys.readouterr().out

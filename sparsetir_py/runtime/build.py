@@ -112,7 +112,9 @@ def _script_text(func: PrimFunc) -> str:
         return ""
 
 
-def _debug_level() -> int:
+def debug_level() -> int:
+    """`SPARSETIR_DEBUG` as a level: 0 when unset, empty or not a number (`yes` prints nothing
+    rather than failing a build)."""
     try:
         return int(os.environ.get("SPARSETIR_DEBUG", "0"))
     except ValueError:
@@ -120,7 +122,7 @@ def _debug_level() -> int:
 
 
 def _debug_report(func: PrimFunc, kernel: Kernel) -> None:
-    level = _debug_level()
+    level = debug_level()
     if level >= 1:
         print(f"[sparsetir_py] build `{func.name}` for {kernel.target}: {kernel.path}")
     if level >= 2:
