@@ -76,12 +76,12 @@ def _fits(what: str, count: int | float, it) -> None:
 def canonical(A, idtype: str | None = None) -> tuple[scipy.sparse.csr_matrix, np.dtype]:
     """`A` as canonical CSR (sorted, no duplicates), and the index dtype of the converted arrays
     (`idtype`, else int64 when `A` uses it, else int32)."""
+    from .. import inputs
+
     if not scipy.sparse.issparse(A):
         raise FormatError(f"expected a scipy sparse matrix, got {type(A).__name__}")
-    csr = A.tocsr()
-    if not csr.has_canonical_format:
-        csr = csr.copy()
-        csr.sum_duplicates()
+    # Every array checked before scipy's compiled conversions see it (`InputError` otherwise).
+    csr = inputs.canonical(inputs.native(inputs.check_matrix(A, "A")))
     idtype = idtype or ("int64" if csr.indices.dtype == np.int64 or csr.indptr.dtype == np.int64 else "int32")
     if idtype not in INDEX_DTYPES:
         raise FormatError(f"index dtype must be int32 or int64, got {idtype!r}")
@@ -347,6 +347,8 @@ def check_converted(A, rules, arrays: dict[str, object]) -> None:
                 data = A.data.astype(values.dtype)
                 wanted = data != 0
             _check_slots(rule, buf, new, old, values, (m, n), keys, data, wanted, covered, owner, k)
+            held = np.flatnonzero(values != 0)
+            _check_idx_map(rule, old[0][held], old[1][held], {a.name: bound.axes[a].length for a in desc.axes})
     _check_cover(rules, A, wanted if wanted is not None else A.data != 0, covered, owner)
 
 
@@ -415,6 +417,28 @@ def _check_slots(rule, buf, new, old, values, shape, keys, data, wanted, covered
         raise _slot_error(rule, buf, new, old, values, at, what)
     np.add.at(covered, pos, 1)
     owner[pos] = np.where(owner[pos] < 0, k, owner[pos])
+
+
+def _check_idx_map(rule, rows: np.ndarray, cols: np.ndarray, lengths: dict[str, int]) -> None:
+    """`idx_map` on the nonzeros a part holds: within the new axes' lengths, and brought back by
+    `inv_idx_map` (where that is not proven): a computation that reads the rewritten buffer at
+    other coordinates than its own iterators goes through `idx_map`."""
+    mapped = rule.idx_map.evaluate([rows, cols])
+    for name, c in zip(rule.axes_after_rewrite, mapped):
+        bad = (c < 0) | (c >= lengths[name])
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise FormatError(
+                f"rule `{rule.name}`: idx_map takes A's nonzero at ({rows[i]}, {cols[i]}) to "
+                f"{tuple(int(x[i]) for x in mapped)}, whose `{name}` coordinate {int(c[i])} is outside the axis "
+                f"[0, {lengths[name]}) of the converted arrays"
+            )
+    if not rule.inverse_proven:
+        back = rule.inv_idx_map.evaluate(mapped)
+        wrong = (back[0] != rows) | (back[1] != cols)
+        if wrong.any():
+            i = int(np.argmax(wrong))
+            raise rule.not_inverse((int(rows[i]), int(cols[i])))
 
 
 def _slot_error(rule, buf, new, old, values, at: int, what: str) -> FormatError:

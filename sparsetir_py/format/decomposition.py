@@ -244,6 +244,13 @@ def decompose(A, format_or_rules, **params) -> Decomposition:
                 continue
             value = arrays[name]
             if name in value_names:
+                kind = np.asarray(value).dtype
+                if kind.kind == "f" and csr.nnz >= 2 ** (np.finfo(kind).nmant + 1):
+                    # The parts are found by numbering A's nonzeros 1..nnz; a narrower dtype rounds them.
+                    raise FormatError(
+                        f"rule `{rule.name}`: its values are {kind}, which cannot number {csr.nnz} nonzeros "
+                        "exactly; decompose by the rule module (its rules are made float64 here) or float64 rules"
+                    )
                 where = np.rint(np.asarray(value, dtype=np.float64)).astype(np.int64)
                 stored = where[where > 0] - 1
                 ids = np.concatenate([ids, stored])

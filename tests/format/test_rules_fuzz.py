@@ -579,3 +579,33 @@ def test_hyb_with_many_column_parts_compiles_what_it_uses():
 
     rules, _, _ = ops._converted(format_rules.hyb, A, {"num_col_parts": 7, "buckets": [1, 2, 4, 8]}, "float32", "int32")
     assert 0 < len(rules) <= A.nnz < 7 * 4
+
+
+# -------------------------------------------------------------------- fuzz: drawn rule fields
+JUNK = [None, 3, -1, 2.5, "x", "", [], [1], ["I", 1], {"I": 1}, {"I": ["IO"]}, (), b"A", np.int64(1), object(),
+        lambda: 0, lambda *xs: xs, lambda i, j: (i, j), lambda io, j, ii: (io, j)]  # fmt: skip
+GOOD_FIELDS = [
+    "pairs",
+    PAIRS,
+    ["A"],
+    ["I", "J"],
+    ["IO", "J", "II"],
+    {"I": ["IO", "II"], "J": ["J"]},
+    PAIRS_IDX,
+    lambda io, j, ii: (io * 2 + ii, j),
+]
+
+
+@fuzz(100)
+@given(data=st.data())
+def test_fuzz_rule_fields(data):
+    """Any field replaced by junk: a FormatError at construction or at decomposition, or a rule
+    that decomposes SpMM."""
+    fields = list(GOOD_FIELDS)
+    for k in data.draw(st.sets(st.integers(0, 7), max_size=3), "fields"):
+        fields[k] = data.draw(st.sampled_from(JUNK), f"field {k}")
+    try:
+        rule = sp.FormatRewriteRule(*fields)
+        sp.decompose_format(spmm_script(), [rule])
+    except sp.FormatError:
+        pass
