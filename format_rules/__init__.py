@@ -9,7 +9,7 @@ module of the same protocol.
 Parameters are checked before any work (`sp.FormatError` naming the parameter and the value):
 sizes (`block_size`, `pad_size`, `num_col_parts`) are positive integers, Python or numpy;
 `buckets` is a non-empty list of distinct powers of two; `num_col_parts` is at most the matrix's
-column count; and what the new format stores must fit its index dtype.
+column count (or 4); and what the new format stores must fit its index dtype.
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ each part by its own iterators, so only `inv_idx_map` is used).
     rules = format_rules.hyb.rules(A, num_col_parts=2, buckets=[1, 2, 4, 8])
     args = format_rules.hyb.convert(A, num_col_parts=2, buckets=[1, 2, 4, 8])
 
-Bounds: `num_col_parts` is at most A's column count (a narrower column part is empty), and at
-most MAX_PARTS parts (column parts x buckets) when `rules` is called without A. `sp.ops` compiles
-only the parts that store a nonzero; on the CPU, parts that share rows (several column parts) are
-a parallel loop apiece, about a second of compile time each on a first call.
+Bounds: `num_col_parts` is at most A's column count (a narrower column part is empty; up to 4 on
+a matrix of fewer columns), and at most MAX_PARTS parts (column parts x buckets) when `rules` is
+called without A. Each part costs compile time on a first call (on the CPU about a second for
+SpMM, several for SDDMM): with more than 8 parts, `sp.ops` compiles only those that store a
+nonzero of A.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ exactly one part.
 
 Parameters are checked before any work, with a `FormatError` naming the parameter and the value:
 sizes are positive integers (Python or numpy; no bools, floats or strings); bucket widths are
-distinct powers of two; `num_col_parts <= n` (a narrower column part is empty); and every size the
+distinct powers of two; `num_col_parts <= n` (a narrower column part is empty; a matrix of fewer
+than 4 columns takes up to 4); and every size the
 new format stores (padded shape, columns, value slots) fits the index dtype, counted before
 anything is allocated.
 
@@ -140,11 +141,18 @@ def check_buckets(buckets: Sequence[int]) -> list[int]:
     return widths
 
 
+#: A matrix of fewer columns still takes this many column parts (the extra ones empty), so that
+#: one choice of parameters serves small matrices too.
+MIN_COL_PARTS_BOUND = 4
+
+
 def check_num_col_parts(num_col_parts, n: int | None = None) -> int:
-    """`num_col_parts` as an int: positive, and at most the number of columns `n` (when known;
-    at least 1): a column part narrower than one column would be empty."""
-    limit = max(int(n), 1) if n is not None else None
-    return positive_int("num_col_parts", num_col_parts, limit, "the matrix's columns: a column part holds one at least")
+    """`num_col_parts` as an int: positive, and at most the number of columns `n` when it is
+    known (a column part narrower than one column is empty; at most MIN_COL_PARTS_BOUND on a
+    narrower matrix)."""
+    limit = max(int(n), MIN_COL_PARTS_BOUND) if n is not None else None
+    why = "the matrix's columns: a column part holds one at least"
+    return positive_int("num_col_parts", num_col_parts, limit, why)
 
 
 def to_ell_parts(

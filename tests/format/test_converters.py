@@ -67,7 +67,6 @@ def test_bsr_reconstructs(A, b):
     parts=st.integers(1, 3),
 )
 def test_hyb_reconstructs(A, buckets, parts):
-    parts = min(parts, max(A.shape[1], 1))  # at most one column part per column
     out = fc.to_ell_parts(A, buckets, parts)
     assert len(out) == parts * len(buckets)
     for p in out:

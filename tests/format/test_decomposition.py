@@ -37,8 +37,6 @@ def check(A, d):
 @given(A=csr_matrices(max_rows=18, max_cols=18))
 def test_parts_partition_the_nonzeros(fmt, A):
     module, params = FORMATS[fmt]
-    if "num_col_parts" in params:  # at most one column part per column
-        params = {**params, "num_col_parts": min(params["num_col_parts"], max(A.shape[1], 1))}
     check(A, sp.format.decompose(A, module, **params))
 
 

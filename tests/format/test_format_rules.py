@@ -32,7 +32,7 @@ def shipped_rules(fmt: str, A, dtype: str, idtype: str):
         return format_rules.padding.rules(4, **kw)
     if fmt == "ell":
         return format_rules.ell.rules(A, [1, 2, 4], **kw)
-    return format_rules.hyb.rules(A, min(2, max(A.shape[1], 1)), [1, 2, 4], **kw)  # a column part per column at most
+    return format_rules.hyb.rules(A, 2, [1, 2, 4], **kw)
 
 
 FORMATS = ["bsr", "padding", "ell", "hyb"]

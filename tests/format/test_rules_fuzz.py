@@ -371,6 +371,15 @@ def test_rule_fields_of_the_wrong_kind(field, value, message):
         sp.FormatRewriteRule(*fields.values())
 
 
+def test_a_narrow_matrix_takes_a_few_column_parts():
+    """Column parts past the columns are empty: up to 4 on a matrix of fewer columns, no more."""
+    A = scipy.sparse.csr_matrix(np.array([[1.0], [0.0], [2.0]]))
+    for parts in (1, 2, 4):
+        assert (sp.format.decompose(A, format_rules.hyb, num_col_parts=parts, buckets=[1]).reconstruct() != A).nnz == 0
+    with pytest.raises(sp.FormatError, match="num_col_parts must be at most 4"):
+        sp.format.decompose(A, format_rules.hyb, num_col_parts=5, buckets=[1])
+
+
 def test_numpy_integers_are_integers():
     two = np.int64(2)
     rule = pairs_rule(lambda io, j, ii: (io * two + ii, j), lambda i, j: (i // two, j, i % two))
@@ -403,6 +412,7 @@ BAD_PARAMETERS = [
     ("ell", {"buckets": [0]}, "a bucket width must be a positive integer"),
     ("ell", {"buckets": [2**40]}, "a bucket width must be at most"),
     ("hyb", {"num_col_parts": 1000, "buckets": [1]}, r"num_col_parts must be at most 7 \(the matrix's columns"),
+    ("hyb", {"num_col_parts": 8, "buckets": [1, 2, 4, 8]}, "num_col_parts must be at most 7"),
     ("hyb", {"num_col_parts": 0, "buckets": [1]}, "num_col_parts must be a positive integer"),
     ("hyb", {"num_col_parts": "2", "buckets": [1]}, "num_col_parts must be a positive integer"),
     ("hyb", {"num_col_parts": 2.0, "buckets": [1]}, "num_col_parts must be a positive integer"),
