@@ -74,9 +74,13 @@ def check_coo(shape: tuple[int, int], coords, data, name: str) -> None:
     """The coordinate arrays (row, column) and values of a COO matrix of a checked `shape`."""
     if len(coords) != 2:
         raise InputError(f"`{name}` (coo) must have 2 coordinate arrays, got {len(coords)}")
+    whats = [f"`{name}`'s {axis} indices" for axis in ("row", "column")]
+    for c, what in zip(coords, whats):
+        if not isinstance(c, np.ndarray) or c.ndim != 1 or c.dtype.kind not in "iu":
+            raise InputError(f"{what} must be a 1-D integer array, got {describe(c)}")
     check_values(data, len(coords[0]), name)
-    for axis, (c, n) in enumerate(zip(coords, shape)):
-        check_indices(c, n, f"`{name}`'s {('row', 'column')[axis]} indices", len(data))
+    for c, n, what in zip(coords, shape, whats):
+        check_indices(c, n, what, len(data))
 
 
 def check_compressed(format: str, shape: tuple[int, int], indptr, indices, data, name: str) -> None:

@@ -42,6 +42,7 @@ from ..inputs import canonical, check_compressed, check_coo, check_dia, check_ki
 __all__ = [
     "MATRIX_FILE_SUFFIXES",
     "MAX_DENSE_ENTRIES",
+    "MEMORY_LIMIT",
     "available",
     "is_matrix_file",
     "load_matrix",
@@ -56,6 +57,10 @@ MATRIX_FILE_SUFFIXES = (_SUFFIX, *_MATRIX_MARKET)
 #: The most entries a dense Matrix Market `array` file may declare (2 GiB of float64 values): a
 #: header of two numbers would otherwise allocate any size before the values are read.
 MAX_DENSE_ENTRIES = 2**28
+#: The most bytes `load_matrix` allocates for what a file declares (a dense array, the entries
+#: of a Matrix Market header, one `.npy` array, an indptr for the rows, the decompressed text);
+#: None: half this machine's physical memory. A header of a few bytes may declare any size.
+MEMORY_LIMIT: int | None = None
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # Everything reading a broken file raises, from zipfile, zlib, gzip, bz2, numpy's .npy reader and
 # scipy's Matrix Market reader; each becomes an InputError that names the file.
@@ -194,21 +199,23 @@ def _canonical_csr(matrix, label: str, dtype: np.dtype, index_dtype: np.dtype) -
 
 
 def _check_allocation(label: str, what: str, nbytes: int) -> None:
-    """Refuse to allocate more than half of this machine's physical memory for a file."""
-    budget = _memory_bytes() // 2
+    """Refuse to allocate more than the memory budget (`MEMORY_LIMIT`) for a file."""
+    budget = _memory_budget()
     if nbytes > budget:
         raise InputError(
             f"in `load_matrix`: {label} declares {what}, which would take {nbytes / 2**30:.1f} GiB; "
-            f"at most {budget / 2**30:.1f} GiB (half this machine's memory) are allocated for a file"
+            f"at most {budget / 2**30:.1f} GiB are allocated for a file (sp.data.MEMORY_LIMIT)"
         )
 
 
-def _memory_bytes() -> int:
-    """This machine's physical memory, or 16 GiB where the system does not say."""
+def _memory_budget() -> int:
+    """`MEMORY_LIMIT`, or half this machine's physical memory (8 GiB where the system does not say)."""
+    if MEMORY_LIMIT is not None:
+        return MEMORY_LIMIT
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
+        return 8 * 2**30
 
 
 # -------------------------------------------------------------------- scipy .npz
@@ -356,6 +363,9 @@ _BODY_CHARACTERS = {
 }
 _WHITESPACE = np.zeros(256, bool)
 _WHITESPACE[list(b" \t\r\n\v\f")] = True
+# No number ends in an exponent or a sign (scipy's reader would take `1e` for 1).
+_UNFINISHED = np.zeros(256, bool)
+_UNFINISHED[list(b"eE+-")] = True
 _CHUNK = 1 << 22
 
 
@@ -369,6 +379,9 @@ def _read_matrix_market(file: Path):
     label = file.name
     try:
         text = _file_bytes(file)
+        if not text.endswith(b"\n"):
+            # scipy's reader runs past the end of a file that ends inside a number (`7.25E`).
+            text = bytes(text) + b"\n"
         # A stream, not the path: scipy's reader decompresses only after a lower-case suffix.
         rows, cols, entries, layout, field, symmetry = mminfo(io.BytesIO(text))
         banner = bytes(text[: text.find(b"\n")]).split()
@@ -405,7 +418,7 @@ def _file_bytes(file: Path) -> bytearray | bytes:
     """The file's bytes, decompressed after a `.gz` / `.bz2` suffix (in any case), in chunks up
     to the memory budget: a small compressed file may expand to any size."""
     name = file.name.lower()
-    budget = _memory_bytes() // 2
+    budget = _memory_budget()
     if not name.endswith((".gz", ".bz2")):
         _check_allocation(file.name, f"{file.stat().st_size} bytes", file.stat().st_size)
         return file.read_bytes()
@@ -416,8 +429,8 @@ def _file_bytes(file: Path) -> bytearray | bytes:
             out += chunk
             if len(out) > budget:
                 raise InputError(
-                    f"in `load_matrix`: {file.name} decompresses to more than {budget / 2**30:.1f} GiB "
-                    "(half this machine's memory)"
+                    f"in `load_matrix`: {file.name} decompresses to more than {budget / 2**30:.1f} GiB, "
+                    "the most allocated for a file (sp.data.MEMORY_LIMIT)"
                 )
     return out
 
@@ -480,6 +493,15 @@ def _check_matrix_market_body(label: str, text: bytes | bytearray, numbers: int,
                 f"{bytes(text[where : where + 1])!r} (field {field})"
             )
         space = _WHITESPACE[chunk]
+        ends = ~space
+        ends[:-1] &= space[1:]  # the chunk ends a line
+        unfinished = ends & _UNFINISHED[chunk]
+        if unfinished.any():
+            where = at + int(np.argmax(unfinished))
+            raise InputError(
+                f"in `load_matrix`: {label} line {_line(text, where)}: a number ends in "
+                f"{bytes(text[where : where + 1])!r}"
+            )
         starts = ~space
         starts[1:] &= space[:-1]  # the chunk begins a line
         newline = chunk == ord("\n")
