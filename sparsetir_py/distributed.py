@@ -7,7 +7,8 @@
 
     dA = sp.distributed.DistributedMatrix(A, client)  # A is split and scattered once ...
     for layer in layers:                              # ... and reused: only B and C cross the network
-        H = dA.spmm(H @ W)
+        H = dA.spmm(H @ W, format="auto")             # each row block in the format tuned for it
+    dA.formats                                        # {("spmm", width): [format of each piece]}
 
 Needs `pip install "sparsetir_py[distributed]"` (dask and distributed); `sp.distributed` is
 imported on first use, so `import sparsetir_py` never loads Dask.
@@ -18,16 +19,20 @@ How a call runs:
   Optionally each row block is cut again into `col_blocks` column blocks (A's columns, which are
   B's rows): the pieces then form a grid, and B is sent in row slabs instead of whole.
 - **Placement.** Each piece is scattered once, straight from the client to the worker that
-  keeps it (round robin; on `replicas` workers when asked), and stays there until the
-  `DistributedMatrix` is closed. A call sends only the dense operands: B (or Y) to every worker
-  holding a piece (a broadcast; one slab per column block), X's rows to the holders of each row
-  block.
+  keeps it (the least loaded live worker; on `replicas` workers when asked), and stays there
+  until the `DistributedMatrix` is closed. A call sends only the dense operands: B (or Y) to
+  every worker holding a piece (a broadcast; one slab per column block), X's rows to the
+  holders of each row block.
+- **Formats.** `format="csr"` (the default) runs CSR with the default schedule (or the one
+  given) on every piece; `format="auto"` lets each piece have its own format and schedule, the
+  one `sp.tune` chooses for that piece's structure at the call's width, tuned on the worker that
+  holds the piece (once per structure and width: `sp.tune`'s memory and disk cache there) and
+  remembered by the matrix for later calls; `DistributedMatrix.formats` shows the choices.
 - **Compute.** Each task calls `sp.ops.spmm` / `sp.ops.sddmm` on its piece inside the worker: the
   project's own kernel, compiled once per worker process (the in-process kernel cache) and loaded
-  from the on-disk kernel cache when the worker's machine compiled it before; the piece's
-  structure is checked on its first call only, as `sp.ops` does. With column blocks, one task per
-  row block adds the partial products (SpMM, in column order, so the result does not depend on
-  which task finished first) or joins the pieces' values (SDDMM).
+  from the on-disk kernel cache when the worker's machine compiled it before. With column
+  blocks, one task per row block adds the partial products (SpMM, in column order, so the result
+  does not depend on which task finished first) or joins the pieces' values (SDDMM).
 - **Result.** Row blocks are gathered in row order into a numpy array (SpMM) or a CSR matrix with
   A's canonical structure (SDDMM), or, with `gather=False`, left on the workers as a `dask.array`
   whose chunks are the row blocks (CSR chunks for SDDMM).
@@ -36,11 +41,23 @@ How a call runs:
   rows move from worker to worker and never through the client.
 
 Inputs are checked on the client with `sp.ops`' own checks, before anything is scattered or
-submitted: the same `sp.InputError`s. A worker that dies during a call is survived: Dask runs its
-tasks again on another worker; a piece that lived only on the dead worker (scattered data has
-no lineage to recompute it from) is scattered again from the client's copy of A and the row
-blocks that needed it are resubmitted. The result is the same bit for bit. A call that cannot
-finish (no workers, or a wait past `timeout`) raises `sp.errors.DistributedError`.
+submitted: the same `sp.InputError`s.
+
+Faults. A call runs in rounds under one deadline (`timeout` seconds from its start). Every
+round asks the scheduler which workers are alive now (a worker it still lists but that sent no
+heartbeat for `HANG_SECONDS` counts as hung: nothing is sent to it and nothing is waited on
+from it), re-scatters from the client's copy of A every piece that no live worker holds, sends
+the operands that no live worker holds, and submits the row blocks not finished yet. Every
+blocking exchange with the cluster (scatters, questions to the scheduler, gathers) waits at
+most until the deadline and is abandoned early when a worker it involves dies or hangs; a
+failed round (a worker died or hung before, while or after data was sent to it, a connection
+closed, a task's input was lost) leads to a new one. Each row block's result is stored once, so
+a result is never lost nor counted twice, and it is the same bit for bit as with no fault. A
+call either returns that result or raises `sp.errors.DistributedError` naming the step that
+could not finish, by its deadline; never a raw Dask or network exception. A task that raised
+raises its own exception here (an `InputError` stays one). A `DistributedMatrix` whose worker
+died or hung keeps working: its next call re-scatters what was lost, and `placement` shows
+where the pieces live now.
 
 The client keeps a reference to A's canonical CSR form for that re-scatter: do not change A's
 arrays in place while a `DistributedMatrix` of it is open.
@@ -48,13 +65,15 @@ arrays in place while a `DistributedMatrix` of it is open.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import math
 import numbers
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
@@ -69,13 +88,32 @@ try:
 except ImportError as e:  # pragma: no cover - the extra is part of `[test]`
     raise ImportError(f"sp.distributed needs Dask distributed: pip install 'sparsetir_py[distributed]' ({e})") from None
 
-__all__ = ["DEFAULT_TIMEOUT", "DistributedError", "DistributedMatrix", "col_bounds", "row_bounds", "sddmm", "spmm"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "HANG_SECONDS",
+    "DistributedError",
+    "DistributedMatrix",
+    "col_bounds",
+    "row_bounds",
+    "sddmm",
+    "spmm",
+]
 
-#: Seconds a call may wait for workers, scatters and results before `DistributedError`.
+#: Seconds a call (or building a `DistributedMatrix`) may take, all its waits together, before
+#: `DistributedError`.
 DEFAULT_TIMEOUT = 600.0
-#: Rounds of re-scatter and resubmission a call allows after workers died (each round handles
-#: every loss seen so far; Dask's own retries of a task whose inputs survived are not counted).
-MAX_RECOVERIES = 3
+#: Seconds without a heartbeat (workers send one every 0.5 s on clusters of up to ten) after
+#: which a worker the scheduler still lists is treated as hung: its pieces are scattered again
+#: elsewhere and its tasks run again elsewhere. A kernel that holds the GIL for longer than this
+#: only costs a task run twice.
+HANG_SECONDS = 10.0
+#: Seconds between looks at the cluster while a call waits for its tasks or for a transfer.
+POLL_SECONDS = 1.0
+#: Rounds a call allows after failures (a worker died or hung, a connection closed), within its
+#: deadline (Dask's own retries of a task whose inputs survived are not counted).
+MAX_RECOVERIES = 50
+#: Formats a call may ask for.
+FORMATS = ("csr", "auto")
 
 
 # -------------------------------------------------------------------- partitions
@@ -165,13 +203,31 @@ def _worker_schedule(schedule):
     return schedule
 
 
-def _spmm_task(piece, B: np.ndarray, target: str, schedule) -> np.ndarray:
-    return ops.spmm(piece, B, format="csr", target=target, schedule=_worker_schedule(schedule))
+def _configuration(schedule, chosen: dict | None) -> dict:
+    """`sp.ops` keyword arguments of a piece: the format `sp.tune` chose for it, or CSR with the
+    call's schedule."""
+    if chosen is not None:
+        return chosen
+    return {"format": "csr", "schedule": _worker_schedule(schedule)}
 
 
-def _sddmm_task(piece, X: np.ndarray, Y: np.ndarray, target: str, schedule, values_only: bool):
-    S = ops.sddmm(piece, X, Y, format="csr", target=target, schedule=_worker_schedule(schedule))
+def _spmm_task(piece, B: np.ndarray, target: str, schedule, chosen: dict | None = None) -> np.ndarray:
+    return ops.spmm(piece, B, target=target, **_configuration(schedule, chosen))
+
+
+def _sddmm_task(piece, X: np.ndarray, Y: np.ndarray, target: str, schedule, values_only: bool, chosen=None):
+    S = ops.sddmm(piece, X, Y, target=target, **_configuration(schedule, chosen))
     return S.data if values_only else S
+
+
+def _choose_task(piece, op: str, width: int, dtype: str, target: str) -> tuple[dict, str]:
+    """What `sp.tune` chooses for this piece at this width, tuned here (on the worker that holds
+    the piece, with its threads) once per structure and width: `sp.ops` keyword arguments and
+    the choice's label."""
+    from . import tune
+
+    result = tune.tune(op, piece, width, target, progress=False, dtype=np.dtype(dtype))
+    return result.ops_kwargs(), result.table.winner.label
 
 
 def _sum_partials(*partials: np.ndarray) -> np.ndarray:
@@ -189,12 +245,189 @@ def _join_pieces(values_only: bool, *pieces):
     return S.data if values_only else S
 
 
-# -------------------------------------------------------------------- client side
+# -------------------------------------------------------------------- talking to the cluster
+class _Retry(Exception):
+    """A step of a call failed in a way a new round may get past (a worker died or hung, a
+    connection closed, a task's input was lost, the deadline came): `phase` names the step."""
+
+    def __init__(self, phase: str, detail):
+        super().__init__(f"{phase}: {detail}")
+        self.phase = phase
+        self.detail = detail if isinstance(detail, str) else f"{type(detail).__name__}: {detail}"
+
+
+#: Test seam of the fault-injection suite: when set, called with the name of each step of a
+#: call (see `_PHASES`) just before the step talks to the cluster.
+_phase_hook: Callable[[str], None] | None = None
+_PHASES = ("asking the scheduler", "scattering A's pieces", "scattering the operands", "choosing formats",
+           "running the tasks", "gathering the results")  # fmt: skip
+
+
+def _enter(phase: str) -> None:
+    if _phase_hook is not None:
+        _phase_hook(phase)
+
+
+def _check_deadline(deadline: float, phase: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Retry(phase, "the deadline passed")
+    return left
+
+
+def _bounded(client, deadline: float, phase: str, make: Callable, watch: Iterable[str] = ()):
+    """Run the coroutine `make()` on the client's event loop and return its result, waiting at
+    most until `deadline`; while it runs, every `POLL_SECONDS` the scheduler is asked whether a
+    worker of `watch` died or hung, and if one did the exchange is abandoned (cancelled). Every
+    failure is a `_Retry` of `phase`: Dask's and the network's exceptions never leave here."""
+    left = _check_deadline(deadline, phase)
+
+    async def run():
+        return await asyncio.wait_for(make(), left)
+
+    try:
+        future = asyncio.run_coroutine_threadsafe(run(), client.loop.asyncio_loop)
+    except Exception as e:  # the client's loop is closed
+        raise _Retry(phase, e) from None
+    watch = frozenset(watch)
+    while True:
+        step = min(POLL_SECONDS, max(0.0, deadline - time.monotonic()))
+        try:
+            return future.result(timeout=step)
+        except TimeoutError:
+            if future.done():  # the exchange itself timed out
+                raise _Retry(phase, f"no answer within {left:.3g} s") from None
+        except Exception as e:
+            raise _Retry(phase, e) from None
+        if time.monotonic() >= deadline:
+            future.cancel()
+            raise _Retry(phase, "no answer before the deadline")
+        if watch:
+            try:
+                gone = watch - set(_survey(client, deadline, phase).alive)
+            except _Retry:
+                future.cancel()
+                raise
+            if gone:
+                future.cancel()
+                raise _Retry(phase, f"worker {', '.join(sorted(gone))} died or hung")
+
+
+#: Heartbeats seen per worker address: (the scheduler's `last_seen`, when this process first saw
+#: that value), so that a worker whose heartbeat stopped is found by this process's clock too.
+_HEARD: dict[str, tuple[float, float]] = {}
+
+
+@dataclass(frozen=True)
+class _View:
+    """The cluster as the scheduler sees it now: `alive` (listed and heard from within
+    `HANG_SECONDS`; they hold data that can be read), `targets` (alive and running: new pieces
+    and tasks may go there), `hung` (listed but silent), and the alive holders of each key asked
+    about."""
+
+    alive: tuple[str, ...]
+    targets: tuple[str, ...]
+    hung: tuple[str, ...]
+    holders: dict
+
+    def held(self, future) -> tuple[str, ...]:
+        return self.holders.get(future.key, ()) if future is not None else ()
+
+
+def _survey(client, deadline: float, phase: str, futures: Iterable = ()) -> _View:
+    """Ask the scheduler which workers are alive now and which of them hold `futures`' data."""
+    info = _bounded(client, deadline, phase, lambda: client.scheduler.identity(n_workers=-1))
+    workers = info.get("workers", {})
+    now = time.monotonic()
+    newest = max((w.get("last_seen", 0.0) for w in workers.values()), default=0.0)
+    alive, targets, hung = [], [], []
+    for address, w in sorted(workers.items()):
+        seen = w.get("last_seen", 0.0)
+        heard = _HEARD.get(address)
+        if heard is None or heard[0] != seen:
+            heard = _HEARD[address] = (seen, now)
+        silent = max(newest - seen, now - heard[1])
+        if silent >= HANG_SECONDS:
+            hung.append(address)
+            continue
+        alive.append(address)
+        if w.get("status", "running") == "running":
+            targets.append(address)
+    keys = [f.key for f in futures if f is not None]
+    holders = {}
+    if keys:
+        who = _bounded(client, deadline, phase, lambda: client.scheduler.who_has(keys=keys))
+        live = set(alive)
+        holders = {k: tuple(sorted(w for w in who.get(k, ()) if w in live)) for k in keys}
+    return _View(tuple(alive), tuple(targets), tuple(hung), holders)
+
+
+_DATA_KEY = "sparsetir-data-"
+
+
+def _scatter(client, data, workers: Sequence[str], deadline: float, phase: str) -> distributed.Future:
+    """`data` scattered to `workers` under a key of its own, abandoned when one of them dies or
+    hangs; a scatter that failed half way is released, so that no copy stays behind.
+
+    The client sends one copy to each worker (under the same key), at once: a broadcast through
+    the scheduler would replicate under the scheduler's replication lock, which a replication to
+    a worker that died holds until the connection times out (30 s), stalling every later one."""
+    key = f"{_DATA_KEY}{uuid.uuid4().hex}"
+    left = _check_deadline(deadline, phase)
+
+    def make():
+        return asyncio.gather(
+            *(
+                client.scatter({key: data}, workers=[w], hash=False, timeout=min(left, 5.0), asynchronous=True)
+                for w in workers
+            )
+        )
+
+    try:
+        return _bounded(client, deadline, phase, make, watch=workers)[0][key]
+    except _Retry:
+        distributed.Future(key, client).release()
+        raise
+
+
+def _scattered(future: distributed.Future) -> bool:
+    """Whether `future` holds data the client scattered (which no worker can compute again)."""
+    return str(future.key).startswith(_DATA_KEY)
+
+
+def _put(client, value, workers: Sequence[str], deadline: float, phase: str) -> distributed.Future:
+    """A numpy operand scattered to `workers`; a block of a dask.array computed on the cluster
+    (Dask moves it to the tasks that read it, and recomputes it if a worker dies)."""
+    if isinstance(value, np.ndarray):
+        return _scatter(client, value, workers, deadline, phase)
+    try:
+        return client.compute(value)
+    except Exception as e:
+        raise _Retry(phase, e) from None
+
+
+def _retrying(deadline: float, timeout: float, where: str, step: Callable):
+    """Call `step()` until it returns, a new round after each `_Retry` (after a short pause, to
+    let the scheduler notice a dead worker); `DistributedError` naming the step at the deadline."""
+    rounds = 0
+    while True:
+        try:
+            return step()
+        except _Retry as e:
+            last = e
+        rounds += 1
+        if time.monotonic() >= deadline:
+            raise DistributedError(f"{where}: {last.phase}: no result within {timeout:g} s ({last.detail})")
+        if rounds > MAX_RECOVERIES:
+            raise DistributedError(f"{where}: {last.phase}: gave up after {MAX_RECOVERIES} rounds ({last.detail})")
+        time.sleep(min(0.05 * 2 ** min(rounds, 4), max(0.0, deadline - time.monotonic())))
+
+
 def _check_client(client) -> distributed.Client:
     if not isinstance(client, distributed.Client):
         raise InputError(f"`client` must be a dask.distributed.Client, got {type(client).__name__}")
-    if client.status != "running":
-        raise InputError(f"`client` is not connected (status {client.status!r})")
+    if client.status not in ("running", "connecting"):
+        raise DistributedError(f"`client` is not connected to a scheduler (status {client.status!r})")
     return client
 
 
@@ -202,6 +435,12 @@ def _check_timeout(timeout) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
         raise InputError(f"`timeout` must be a positive number of seconds, got {timeout!r}")
     return float(timeout)
+
+
+def _check_format(format) -> str:
+    if not isinstance(format, str) or format not in FORMATS:
+        raise InputError(f"`format` must be one of {', '.join(map(repr, FORMATS))}, got {format!r}")
+    return format
 
 
 def _schedule_ref(op: str, target: str, schedule):
@@ -218,25 +457,20 @@ def _schedule_ref(op: str, target: str, schedule):
     return (token, schedule)
 
 
-def _remaining(deadline: float, what: str) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise DistributedError(f"{what}: timed out")
-    return left
+def _worker_count(client, deadline: float, timeout: float) -> int:
+    """The number of workers alive now (asked of the scheduler), waiting for one if none is."""
+
+    def step() -> int:
+        _enter("asking the scheduler")
+        view = _survey(client, deadline, "waiting for a worker")
+        if not view.targets:
+            raise _Retry("waiting for a worker", "the cluster has no live workers")
+        return len(view.targets)
+
+    return _retrying(deadline, timeout, "sp.distributed", step)
 
 
-def _live_workers(client: distributed.Client, deadline: float) -> list[str]:
-    """Addresses of the workers alive now (asked of the scheduler), waiting for one if none is."""
-    workers = sorted(client.nthreads())
-    if workers:
-        return workers
-    try:
-        client.wait_for_workers(1, timeout=_remaining(deadline, "waiting for a worker"))
-    except TimeoutError:
-        raise DistributedError("the cluster has no workers (none joined before the timeout)") from None
-    return sorted(client.nthreads())
-
-
+# -------------------------------------------------------------------- the matrix on the cluster
 class DistributedMatrix:
     """A sparse matrix split into pieces kept on a Dask cluster's workers, for repeated calls.
 
@@ -246,11 +480,14 @@ class DistributedMatrix:
     `col_blocks`: a number of equal column blocks or column boundaries `[0, ..., n]` (default 1:
     B is broadcast whole); `replicas`: on how many workers each piece is kept (capped at the
     number of workers; 2 lets Dask retry a dead worker's tasks with no re-scatter); `timeout`:
-    seconds any wait of the constructor or of a call may take.
+    seconds building the matrix, and by default each call, may take.
 
     Attributes: `shape`, `dtype`, `index_dtype`, `nnz`, `row_bounds`, `col_bounds`, `nbytes` (bytes
-    of A's pieces, each sent once per replica), `placement` (the workers each piece was scattered
-    to). `close()` (or leaving a `with` block) frees the pieces on the workers.
+    of A's pieces, each sent once per replica), `bytes_sent` (every byte the client scattered so
+    far: pieces, pieces sent again after a loss, dense operands), `placement` (the live workers
+    holding each piece now, asked of the scheduler), `formats` (per `(op, width)`, the format
+    and schedule each piece ran in the latest call of that op and width). `close()` (or leaving a
+    `with` block) frees the pieces on the workers.
     """
 
     def __init__(
@@ -263,17 +500,20 @@ class DistributedMatrix:
         timeout: float | None = None,
     ):
         csr = ops._as_csr(A)
-        self._scatter_all(csr, *_partition(csr, client, row_blocks, col_blocks, replicas, timeout))
+        client, rows, cols, replicas, timeout, deadline = _partition(
+            csr, client, row_blocks, col_blocks, replicas, timeout
+        )
+        self._scatter_all(csr, client, rows, cols, replicas, timeout, deadline)
 
     @classmethod
-    def _from_checked(cls, csr, client, rows, cols, replicas: int, timeout: float) -> DistributedMatrix:
+    def _from_checked(cls, csr, client, rows, cols, replicas: int, timeout: float, deadline: float):
         """A matrix from arguments `_partition` has checked (the one-shot functions check their
         dense operands in between, so that nothing is scattered before every check passed)."""
         self = cls.__new__(cls)
-        self._scatter_all(csr, client, rows, cols, replicas, timeout)
+        self._scatter_all(csr, client, rows, cols, replicas, timeout, deadline)
         return self
 
-    def _scatter_all(self, csr, client, rows, cols, replicas: int, timeout: float) -> None:
+    def _scatter_all(self, csr, client, rows, cols, replicas: int, timeout: float, deadline: float) -> None:
         self.client = client
         self.shape = csr.shape
         self.dtype = csr.dtype
@@ -283,19 +523,24 @@ class DistributedMatrix:
         self.replicas = replicas
         self.timeout = timeout
         self._csr = csr  # the source of a re-scatter after a worker died
-        self._pieces: list[distributed.Future] = []
-        self.placement: list[tuple[str, ...]] = []
+        self._pieces: list[distributed.Future | None] = [None] * self.num_pieces
+        self._placement: list[tuple[str, ...]] = [()] * self.num_pieces
+        self._alive: tuple[str, ...] = ()
+        self._piece_nnz = [0] * self.num_pieces
+        self._choices: dict[tuple, dict[int, tuple[dict, str]]] = {}
+        self.formats: dict[tuple[str, int], list[str]] = {}
         self.nbytes = 0
-        deadline = time.monotonic() + timeout
-        workers = _live_workers(client, deadline)
-        copies = min(replicas, len(workers))
-        # Piece p (row-major over the grid) goes to worker p mod W: row blocks spread over the
-        # workers, and with column blocks a column's pieces share workers, so each slab of B goes
-        # to few of them.
-        for p in range(self.num_pieces):
-            targets = tuple(workers[(p + k) % len(workers)] for k in range(copies))
-            self._pieces.append(self._scatter_piece(p, targets, deadline))
-            self.placement.append(targets)
+        self.bytes_sent = 0
+
+        def step() -> None:
+            _enter("asking the scheduler")
+            self._place(_survey(client, deadline, "asking the scheduler", self._pieces), deadline)
+
+        try:
+            _retrying(deadline, timeout, "sp.distributed.DistributedMatrix", step)
+        except BaseException:
+            self.close()
+            raise
 
     # ---- layout
     @property
@@ -312,6 +557,18 @@ class DistributedMatrix:
 
     def _piece_index(self, r: int, c: int) -> int:
         return r * self.num_col_blocks + c
+
+    @property
+    def placement(self) -> list[tuple[str, ...]]:
+        """The live workers holding each piece (row-major over the grid), asked of the scheduler
+        now; the last known placement when it does not answer within a few seconds."""
+        if self._pieces is not None:
+            try:
+                view = _survey(self.client, time.monotonic() + min(self.timeout, 5.0), "placement", self._pieces)
+                self._placement = [view.held(f) for f in self._pieces]
+            except _Retry:
+                pass
+        return list(self._placement)
 
     def __repr__(self) -> str:
         state = "closed" if self._pieces is None else f"{self.num_pieces} pieces"
@@ -330,166 +587,252 @@ class DistributedMatrix:
         """Free the pieces on the workers; later calls raise `InputError`."""
         if self._pieces is not None:
             for f in self._pieces:
-                f.release()
+                if f is not None:
+                    f.release()
         self._pieces = None
         self._csr = None
 
     # ---- operators
-    def spmm(self, B, target: str = "cpu", schedule=None, *, gather: bool = True, timeout: float | None = None):
+    def spmm(
+        self,
+        B,
+        target: str = "cpu",
+        schedule=None,
+        *,
+        format: str = "csr",
+        gather: bool = True,
+        timeout: float | None = None,
+    ):
         """`A @ B` as `sp.ops.spmm(A, B, target=..., schedule=...)` computes it, block by block on
         the workers: a numpy array, or with `gather=False` a `dask.array` of row-block chunks
         kept on the workers (already computed). B is a numpy array (anything `sp.ops` takes) or a
-        `dask.array`, whose slabs are computed on the cluster and never pass through the client."""
+        `dask.array`, whose slabs are computed on the cluster and never pass through the client.
+        `format="auto"`: each piece in the format `sp.tune` chose for it (see `formats`)."""
         self._check_open()
-        call = _spmm_call(self.shape, self.dtype, self.col_bounds, B, target, schedule)
+        call = _spmm_call(self.shape, self.dtype, self.col_bounds, B, target, schedule, format)
         return self._run(call, gather, self.timeout if timeout is None else _check_timeout(timeout))
 
-    def sddmm(self, X, Y, target: str = "cpu", schedule=None, *, gather: bool = True, timeout: float | None = None):
+    def sddmm(
+        self,
+        X,
+        Y,
+        target: str = "cpu",
+        schedule=None,
+        *,
+        format: str = "csr",
+        gather: bool = True,
+        timeout: float | None = None,
+    ):
         """`sp.ops.sddmm(A, X, Y, ...)` block by block on the workers: a CSR matrix with A's
         canonical structure, or with `gather=False` a `dask.array` of CSR row-block chunks."""
         self._check_open()
-        call = _sddmm_call(self.shape, self.dtype, self.row_bounds, self.col_bounds, X, Y, target, schedule)
+        call = _sddmm_call(self.shape, self.dtype, self.row_bounds, self.col_bounds, X, Y, target, schedule, format)
         return self._run(call, gather, self.timeout if timeout is None else _check_timeout(timeout))
 
     def _check_open(self) -> None:
         if self._pieces is None:
             raise InputError("this DistributedMatrix is closed")
 
-    # ---- running a call
-    def _scatter_piece(self, p: int, workers: tuple[str, ...], deadline: float) -> distributed.Future:
-        r, c = divmod(p, self.num_col_blocks)
-        (r0, r1), (c0, c1) = self.row_bounds[r : r + 2], self.col_bounds[c : c + 2]
-        piece = _piece(self._csr, int(r0), int(r1), int(c0), int(c1), self.num_col_blocks == 1)
-        self.nbytes += len(workers) * (piece.data.nbytes + piece.indices.nbytes + piece.indptr.nbytes)
-        return _scatter(self.client, piece, workers, deadline)
-
-    def _holders(self, deadline: float) -> list[tuple[str, ...]]:
-        """The workers holding each piece now; a piece no worker holds (its workers died) is
-        scattered again from the client's copy of A, to the live workers holding the fewest."""
-        holders = _who_has(self.client, self._pieces, deadline)
-        lost = [p for p, h in enumerate(holders) if not h]
-        if not lost:
-            return holders
-        workers = _live_workers(self.client, deadline)
-        load = dict.fromkeys(workers, 0)
-        for h in holders:
-            for w in h:
+    # ---- placing the pieces
+    def _place(self, view: _View, deadline: float) -> None:
+        """Scatter every piece that no live worker holds (not scattered yet, or its workers died
+        or hung) from the client's copy of A, to the live workers holding the fewest pieces."""
+        phase = "scattering A's pieces"
+        if not view.targets:
+            raise _Retry(phase, "the cluster has no live workers")
+        self._placement = [view.held(f) for f in self._pieces]
+        self._alive = view.alive
+        load = dict.fromkeys(view.targets, 0)
+        for held in self._placement:
+            for w in held:
                 if w in load:
                     load[w] += 1
-        for p in lost:
-            targets = tuple(sorted(workers, key=lambda w: (load[w], w))[: min(self.replicas, len(workers))])
+        copies = min(self.replicas, len(view.targets))
+        for p, held in enumerate(self._placement):
+            if held:
+                continue
+            targets = tuple(sorted(view.targets, key=lambda w: load[w])[:copies])  # stable: round robin at first
             for w in targets:
                 load[w] += 1
-            self._pieces[p].release()
-            self._pieces[p] = self._scatter_piece(p, targets, deadline)
-            self.placement[p] = targets
-            holders[p] = targets
-        return holders
+            r, c = divmod(p, self.num_col_blocks)
+            (r0, r1), (c0, c1) = self.row_bounds[r : r + 2], self.col_bounds[c : c + 2]
+            piece = _piece(self._csr, int(r0), int(r1), int(c0), int(c1), self.num_col_blocks == 1)
+            size = piece.data.nbytes + piece.indices.nbytes + piece.indptr.nbytes
+            _enter(phase)
+            future = _scatter(self.client, piece, targets, deadline, phase)
+            if self._pieces[p] is None:
+                self.nbytes += len(targets) * size
+            else:
+                self._pieces[p].release()
+            self._pieces[p] = future
+            self._placement[p] = targets
+            self._piece_nnz[p] = piece.nnz
+            self.bytes_sent += len(targets) * size
 
-    def _run(self, call: _Call, gather: bool, timeout: float):
-        """Submit every row block, wait, fetch; a row block whose task was cancelled because a
-        worker died (taking the only copy of an input with it) is resubmitted once its inputs are
-        scattered again. Dask itself retries a task whose worker died when its inputs survived."""
-        deadline = time.monotonic() + timeout
-        where = f"sp.distributed.{call.op}"
-        finals: dict[int, distributed.Future] = {}
-        done: set[int] = set()
-        pending = set(range(self.num_row_blocks))
+    # ---- running a call
+    def _run(self, call: _Call, gather: bool, timeout: float, deadline: float | None = None):
+        """Rounds until every row block is stored (see the module docstring, "Faults"): each
+        round places lost pieces, sends missing operands, submits the row blocks not stored yet
+        and waits for them, storing each as it finishes."""
+        if deadline is None:
+            deadline = time.monotonic() + timeout
         call.start(self, gather)
-        recoveries = 0
-        while len(done) < self.num_row_blocks:
-            if pending:
-                try:
-                    holders = self._holders(deadline)
-                    call.send(self, holders, pending, deadline)
-                except (OSError, KeyError) as e:
-                    # A worker died while data was sent to it, before the scheduler removed it:
-                    # ask again who holds what once it has.
-                    recoveries += 1
-                    if recoveries > MAX_RECOVERIES:
-                        raise DistributedError(f"{where}: could not send the operands: {e}") from e
-                    time.sleep(0.2)
-                    call.forget_lost(deadline)
-                    continue
-                for r in sorted(pending):
-                    finals[r] = call.submit(self, r)
-                pending = set()
-            waiting = [f for r, f in finals.items() if r not in done]
+        where = f"sp.distributed.{call.op}"
+
+        def step() -> None:
             try:
-                distributed.wait(waiting, timeout=_remaining(deadline, where))
-            except (FuturesCancelledError, FutureCancelledError):
-                pass  # classified below
-            except TimeoutError:
-                raise DistributedError(f"{where}: the results were not ready within {timeout} s") from None
-            for r, f in finals.items():
-                if r in done:
+                self._round(call, deadline)
+            except _Retry:
+                call.abandon()
+                raise
+
+        _retrying(deadline, timeout, where, step)
+        return call.finish(self)
+
+    def _round(self, call: _Call, deadline: float) -> None:
+        _enter("asking the scheduler")
+        view = _survey(self.client, deadline, "asking the scheduler", [*self._pieces, *call.operand_futures()])
+        self._place(view, deadline)
+        todo = [r for r in range(self.num_row_blocks) if r not in call.done]
+        call.forget_lost(view)
+        call.send(self, view, todo, deadline)
+        self._choose(call, view, todo, deadline)
+        restrict = list(view.targets) if view.hung else None  # keep new tasks off a hung worker
+        for r in todo:
+            call.finals[r] = call.submit(self, r, restrict)
+        self._wait(call, deadline)
+
+    def _choose(self, call: _Call, view: _View, rows: list[int], deadline: float) -> None:
+        """With `format="auto"`: the configuration of each piece of `rows` that the matrix has
+        not chosen yet at this op, width and dtype, tuned on a worker holding the piece."""
+        if call.format != "auto":
+            return
+        chosen = self._choices.setdefault(call.choice_key, {})
+        phase = "choosing formats"
+        futures = {}
+        for r in rows:
+            for c in range(self.num_col_blocks):
+                p = self._piece_index(r, c)
+                if p in chosen:
                     continue
-                if f.status == "error":
-                    _raise_task_error(where, f, deadline)
-                if f.status in ("cancelled", "lost"):
-                    pending.add(r)
-                elif f.status == "finished" and call.store(self, r, f, deadline):
-                    done.add(r)
-                elif f.status == "finished":
-                    pending.add(r)  # cancelled while its result was fetched
-            if pending:
-                recoveries += 1
-                if recoveries > MAX_RECOVERIES:
-                    raise DistributedError(f"{where}: workers kept dying; gave up after {MAX_RECOVERIES} recoveries")
-                call.forget_lost(deadline)
-        return call.finish(self, [finals[r] for r in range(self.num_row_blocks)])
-
-
-def _who_has(client, futures: list[distributed.Future], deadline: float) -> list[tuple[str, ...]]:
-    """The workers holding each future's data (empty: lost, cancelled, or not computed)."""
-    for _ in range(3):
-        alive = [f for f in futures if f.status == "finished"]
+                if self._piece_nnz[p] == 0 or call.width == 0:
+                    chosen[p] = ({"format": "csr", "schedule": None}, "csr")  # nothing to tune
+                    continue
+                try:
+                    futures[p] = self.client.submit(
+                        _choose_task, self._pieces[p], call.op, call.width, call.dtype.str, call.target,
+                        key=f"sparsetir-choose-{call.token}-{p}-{uuid.uuid4().hex[:8]}", pure=False,
+                    )  # fmt: skip
+                except Exception as e:
+                    raise _Retry(phase, e) from None
+        if not futures:
+            return
+        _enter(phase)
         try:
-            who = client.who_has(alive) if alive else {}
-        except (FuturesCancelledError, FutureCancelledError):
-            continue  # one was cancelled between the status check and the question: ask again
-        return [tuple(who.get(f.key, ())) if f.status == "finished" else () for f in futures]
-    return [() for _ in futures]
+            results = _bounded(
+                self.client, deadline, phase, lambda: self.client.gather(list(futures.values()), asynchronous=True),
+                watch=view.alive,
+            )  # fmt: skip
+        finally:
+            for f in futures.values():
+                f.release()
+        for p, result in zip(futures, results):
+            chosen[p] = result
+
+    def _wait(self, call: _Call, deadline: float) -> None:
+        """Wait for the submitted row blocks, storing each as it finishes; a `_Retry` when a
+        block's task was lost (its input's only copy died with a worker) or runs on a worker that
+        hung."""
+        phase = "running the tasks"
+        _enter(phase)
+        look = time.monotonic() + POLL_SECONDS
+        while len(call.done) < self.num_row_blocks:
+            waiting = [f for r, f in call.finals.items() if r not in call.done]
+            step = min(POLL_SECONDS / 4, _check_deadline(deadline, phase))
+            try:
+                distributed.wait(waiting, timeout=step, return_when="FIRST_COMPLETED")
+            except (TimeoutError, FuturesCancelledError, FutureCancelledError):
+                pass  # classified below
+            except Exception as e:
+                raise _Retry(phase, e) from None
+            lost = []
+            for r, f in sorted(call.finals.items()):
+                if r in call.done:
+                    continue
+                if f.status == "finished":
+                    call.store(self, r, f, deadline)
+                elif f.status == "error":
+                    _raise_task_error(phase, f, deadline)
+                elif f.status in ("cancelled", "lost"):
+                    lost.append(r)
+            if lost:
+                raise _Retry(phase, f"the tasks of row blocks {lost} were lost with a worker")
+            if len(call.done) < self.num_row_blocks and time.monotonic() >= look:
+                self._check_running(call, deadline)
+                look = time.monotonic() + POLL_SECONDS
+
+    def _check_running(self, call: _Call, deadline: float) -> None:
+        """A `_Retry` when a waiting row block can no longer finish: a piece it reads has no live
+        holder, or its task runs on a worker that hung."""
+        phase = "running the tasks"
+        view = _survey(self.client, deadline, phase, self._pieces)
+        for r in range(self.num_row_blocks):
+            if r in call.done:
+                continue
+            if any(not view.held(self._pieces[self._piece_index(r, c)]) for c in range(self.num_col_blocks)):
+                raise _Retry(phase, f"a piece of row block {r} was lost with its worker")
+        operands = [f for f in call.operand_futures() if _scattered(f)]
+        if operands:
+            view = _survey(self.client, deadline, phase, operands)
+            if any(not view.held(f) for f in operands):
+                raise _Retry(phase, "a dense operand was lost with its worker")
+        if not view.hung:
+            return
+        processing = _bounded(self.client, deadline, phase, lambda: self.client.scheduler.processing(workers=None))
+        waiting = set().union(*(call.task_keys[r] for r in call.finals if r not in call.done))
+        for w in view.hung:
+            if waiting & set(processing.get(w, ())):
+                raise _Retry(phase, f"worker {w} hung while running a task")
 
 
-def _scatter(client, data, workers: Sequence[str], deadline: float) -> distributed.Future:
-    try:
-        return client.scatter(
-            data, workers=list(workers), broadcast=True, hash=False, timeout=_remaining(deadline, "scatter")
-        )
-    except TimeoutError:
-        raise DistributedError(f"scattering to {', '.join(workers)} timed out") from None
-
-
-def _put(client, value, workers: Sequence[str], deadline: float) -> distributed.Future:
-    """A numpy operand scattered to `workers`; a block of a dask.array computed on the cluster
-    (Dask moves it to the tasks that read it, and recomputes it if a worker dies)."""
-    if isinstance(value, np.ndarray):
-        return _scatter(client, value, workers, deadline)
-    return client.compute(value)
-
-
-def _raise_task_error(where: str, future: distributed.Future, deadline: float) -> None:
+def _raise_task_error(phase: str, future: distributed.Future, deadline: float) -> None:
     """Raise a failed task's exception here (an `InputError` stays one); a task that killed
-    every worker it ran on becomes a `DistributedError`."""
+    every worker it ran on becomes a `DistributedError`; a task whose failure was the cluster's
+    (its input lost, a connection closed) a `_Retry`."""
     try:
-        future.result(timeout=_remaining(deadline, where))
-    except distributed.KilledWorker as e:
-        raise DistributedError(f"{where}: a task killed every worker it ran on: {e}") from e
-    except (FutureCancelledError, FuturesCancelledError):
-        pass  # cancelled in the meantime: resubmitted by the caller
+        error = _bounded(future.client, deadline, phase, lambda: future.exception(asynchronous=True))
+    except _Retry:
+        raise
+    if isinstance(error, distributed.KilledWorker):
+        raise DistributedError(f"{phase}: a task killed every worker it ran on: {error}") from error
+    if isinstance(error, (OSError, FutureCancelledError, FuturesCancelledError, asyncio.CancelledError)):
+        raise _Retry(phase, error)
+    raise error
+
+
+def _sent_bytes(value) -> int:
+    """Bytes the client scatters for an operand block (a dask.array's block is not sent)."""
+    return value.nbytes if isinstance(value, np.ndarray) else 0
 
 
 class _Call:
     """One call's dense operands (row slabs per column block; X's rows per row block for SDDMM),
-    the futures they were scattered to, how tasks are built from them, and the result."""
+    the futures they were scattered to, how tasks are built from them, and the result: the row
+    blocks stored so far (`done`: each stored once, whatever round finished it)."""
 
-    def __init__(self, op: str, dtype: np.dtype, width: int, slabs: list, rows: list | None, target: str, schedule):
+    def __init__(self, op: str, dtype: np.dtype, width: int, slabs: list, rows: list | None, target: str, schedule,
+                 format: str):  # fmt: skip
         self.op, self.dtype, self.width = op, dtype, width
         self.slabs, self.rows = slabs, rows
         self.target, self.schedule = target, schedule
+        # A schedule of the caller's runs CSR, as in `sp.ops`.
+        self.format = "csr" if schedule is not None else format
+        self.choice_key = (op, width, dtype.str, target)
         self.slab_futures: dict[int, distributed.Future] = {}
         self.row_futures: dict[int, distributed.Future] = {}
+        self.finals: dict[int, distributed.Future] = {}
+        self.task_keys: dict[int, set[str]] = {}
+        self.done: set[int] = set()
         self.token = uuid.uuid4().hex[:12]
         self.attempt = itertools.count()
         self.gather = True
@@ -500,81 +843,114 @@ class _Call:
         if not gather:
             return
         m, _ = dm.shape
-        nnz = dm.nnz
-        self.out = np.empty((m, self.width), self.dtype) if self.op == "spmm" else np.empty(nnz, self.dtype)
+        self.out = np.empty((m, self.width), self.dtype) if self.op == "spmm" else np.empty(dm.nnz, self.dtype)
 
-    def forget_lost(self, deadline: float) -> None:
-        """Drop operand futures that the cluster lost, so that `send` scatters them again."""
+    def operand_futures(self) -> list[distributed.Future]:
+        return [*self.slab_futures.values(), *self.row_futures.values()]
+
+    def forget_lost(self, view: _View) -> None:
+        """Drop the operands no live worker holds, so that `send` scatters them again (a block
+        of a dask.array is Dask's to recompute, and is kept)."""
         for futures in (self.slab_futures, self.row_futures):
-            keys = list(futures)
-            if not keys:
-                continue
-            client = futures[keys[0]].client
-            holders = _who_has(client, [futures[k] for k in keys], deadline)
-            for k, h in zip(keys, holders):
-                if not h:
+            for k, f in list(futures.items()):
+                if _scattered(f) and not view.held(f):
                     futures.pop(k).release()
 
-    def send(self, dm: DistributedMatrix, holders, rows: set[int], deadline: float) -> None:
-        """Scatter the operands the row blocks `rows` need and the cluster does not hold, each to
-        the workers holding the pieces that read it."""
+    def abandon(self) -> None:
+        """After a failed round: release the tasks of the row blocks not stored yet (they run
+        again next round, under new keys)."""
+        for r in [r for r in self.finals if r not in self.done]:
+            self.finals.pop(r).release()
+            self.task_keys.pop(r, None)
+
+    def send(self, dm: DistributedMatrix, view: _View, rows: list[int], deadline: float) -> None:
+        """Scatter the operands the row blocks `rows` need and no live worker holds, each once,
+        to the worker holding most of the pieces that read it; Dask copies it from there to the
+        other workers whose tasks read it (worker to worker, not through the client)."""
+        phase = "scattering the operands"
         C = dm.num_col_blocks
+        placement = dm._placement
         for c in range(C):
-            if c in self.slab_futures:
-                continue
-            workers = sorted({w for r in range(dm.num_row_blocks) for w in holders[dm._piece_index(r, c)]})
-            self.slab_futures[c] = _put(dm.client, self.slabs[c], workers, deadline)
+            if c not in self.slab_futures:
+                readers = [placement[dm._piece_index(r, c)] for r in rows]
+                self.slab_futures[c] = self._send_one(dm, view, self.slabs[c], readers, deadline, phase)
         if self.rows is None:
             return
         for r in rows:
-            if r in self.row_futures:
-                continue
-            workers = sorted({w for c in range(C) for w in holders[dm._piece_index(r, c)]})
-            self.row_futures[r] = _put(dm.client, self.rows[r], workers, deadline)
+            if r not in self.row_futures:
+                readers = [placement[dm._piece_index(r, c)] for c in range(C)]
+                self.row_futures[r] = self._send_one(dm, view, self.rows[r], readers, deadline, phase)
 
-    def submit(self, dm: DistributedMatrix, r: int) -> distributed.Future:
-        """The tasks of row block `r`; returns the future of its result."""
+    @staticmethod
+    def _send_one(dm: DistributedMatrix, view: _View, value, readers: list[tuple[str, ...]], deadline, phase):
+        count = dict.fromkeys(view.targets, 0)
+        for held in readers:
+            for w in held:
+                if w in count:
+                    count[w] += 1
+        if not count:
+            raise _Retry(phase, "the cluster has no live workers")
+        worker = max(count, key=lambda w: count[w])  # the first of the most reading (sorted addresses)
+        _enter(phase)
+        future = _put(dm.client, value, [worker], deadline, phase)
+        dm.bytes_sent += _sent_bytes(value)
+        return future
+
+    def submit(self, dm: DistributedMatrix, r: int, workers: list[str] | None) -> distributed.Future:
+        """The tasks of row block `r` (on `workers` only, when given); returns the future of its
+        result."""
+        try:
+            return self._submit(dm, r, workers)
+        except Exception as e:  # the client lost its scheduler
+            raise _Retry("running the tasks", e) from None
+
+    def _submit(self, dm: DistributedMatrix, r: int, workers: list[str] | None) -> distributed.Future:
         client, C = dm.client, dm.num_col_blocks
         tag = f"{self.token}-{next(self.attempt)}"
         values_only = self.gather
-        parts = []
+        chosen = dm._choices.get(self.choice_key, {}) if self.format == "auto" else {}
+        where = {"workers": workers, "allow_other_workers": False} if workers else {}
+        parts, keys = [], set()
         for c in range(C):
-            piece = dm._pieces[dm._piece_index(r, c)]
+            p = dm._piece_index(r, c)
+            config = chosen[p][0] if p in chosen else None
             key = f"sparsetir-{self.op}-{tag}-{r}-{c}"
             if self.op == "spmm":
-                args = (_spmm_task, piece, self.slab_futures[c], self.target, self.schedule)
+                args = (_spmm_task, dm._pieces[p], self.slab_futures[c], self.target, self.schedule, config)
             else:
-                args = (_sddmm_task, piece, self.row_futures[r], self.slab_futures[c], self.target, self.schedule)
-                args += (values_only and C == 1,)
-            parts.append(client.submit(*args, key=key, pure=False))
+                args = (_sddmm_task, dm._pieces[p], self.row_futures[r], self.slab_futures[c], self.target)
+                args += (self.schedule, values_only and C == 1, config)
+            parts.append(client.submit(*args, key=key, pure=False, **where))
+            keys.add(key)
+        self.task_keys[r] = keys
         if C == 1:
             return parts[0]
         key = f"sparsetir-{self.op}-{tag}-{r}-sum"
+        keys.add(key)
         if self.op == "spmm":
-            return client.submit(_sum_partials, *parts, key=key, pure=False)
-        return client.submit(_join_pieces, values_only, *parts, key=key, pure=False)
+            return client.submit(_sum_partials, *parts, key=key, pure=False, **where)
+        return client.submit(_join_pieces, values_only, *parts, key=key, pure=False, **where)
 
-    def store(self, dm: DistributedMatrix, r: int, future: distributed.Future, deadline: float) -> bool:
-        """Fetch row block `r` into the result (nothing to fetch with `gather=False`); False when
-        the future was cancelled meanwhile."""
-        if not self.gather:
-            return True
-        try:
-            value = future.result(timeout=_remaining(deadline, f"sp.distributed.{self.op}: gathering"))
-        except (FutureCancelledError, FuturesCancelledError):
-            return False
-        except TimeoutError:
-            raise DistributedError(f"sp.distributed.{self.op}: gathering the results timed out") from None
-        r0, r1 = dm.row_bounds[r : r + 2]
-        if self.op == "spmm":
-            self.out[r0:r1] = value
-        else:
-            self.out[dm._csr.indptr[r0] : dm._csr.indptr[r1]] = value
-        return True
+    def store(self, dm: DistributedMatrix, r: int, future: distributed.Future, deadline: float) -> None:
+        """Fetch row block `r` into the result (nothing to fetch with `gather=False`) and mark it
+        done; a `_Retry` when its holder died or hung meanwhile."""
+        if self.gather:
+            phase = "gathering the results"
+            _enter(phase)
+            value = _bounded(dm.client, deadline, phase, lambda: dm.client.gather(future, asynchronous=True),
+                             watch=dm._alive)  # fmt: skip
+            r0, r1 = dm.row_bounds[r : r + 2]
+            if self.op == "spmm":
+                self.out[r0:r1] = value
+            else:
+                self.out[dm._csr.indptr[r0] : dm._csr.indptr[r1]] = value
+        self.done.add(r)
 
-    def finish(self, dm: DistributedMatrix, blocks: list[distributed.Future]):
+    def finish(self, dm: DistributedMatrix):
         """The gathered result, or a dask.array over the row blocks' futures (chunks stay on the
         workers)."""
+        labels = [self._label(dm, p) for p in range(dm.num_pieces)]
+        dm.formats[(self.op, self.width)] = labels
         m, n = dm.shape
         if self.gather and self.op == "spmm":
             return self.out
@@ -586,6 +962,7 @@ class _Call:
                 return scipy.sparse.csr_matrix((self.out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
             return with_data(self.out, copy=True)
         width = self.width if self.op == "spmm" else n
+        blocks = [self.finals[r] for r in range(dm.num_row_blocks)]
         if not blocks:
             return da.zeros((m, width), dtype=self.dtype)
         meta = None if self.op == "spmm" else scipy.sparse.csr_matrix((0, 0), dtype=self.dtype)
@@ -594,6 +971,14 @@ class _Call:
             for (r0, r1), f in zip(itertools.pairwise(dm.row_bounds), blocks)
         ]
         return da.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
+
+    def _label(self, dm: DistributedMatrix, p: int) -> str:
+        if self.format == "auto":
+            return dm._choices[self.choice_key][p][1]
+        schedule = self.schedule
+        if isinstance(schedule, tuple):
+            schedule = getattr(schedule[1], "__name__", "a callable schedule")
+        return "csr" + (f" / {schedule}" if schedule else "")
 
 
 def _operand(X, name: str):
@@ -627,18 +1012,20 @@ def _blocks(X, bounds: np.ndarray) -> list:
     return list(X.to_delayed()[:, 0])
 
 
-def _spmm_call(shape, dtype, cols, B, target, schedule) -> _Call:
-    """Check B, the target and the schedule as `sp.ops.spmm` does; B's slabs per column block."""
+def _spmm_call(shape, dtype, cols, B, target, schedule, format="csr") -> _Call:
+    """Check B, the target, the schedule and the format as `sp.ops.spmm` does; B's slabs per
+    column block."""
     B = _operand(B, "B")
     dtype = ops._value_dtype(dtype, B.dtype)
     B = _dense(B, "B", shape[1], dtype)
     ref = _schedule_ref("spmm", target, schedule)
-    return _Call("spmm", dtype, int(B.shape[1]), _blocks(B, cols), None, target, ref)
+    format = _check_format(format)
+    return _Call("spmm", dtype, int(B.shape[1]), _blocks(B, cols), None, target, ref, format)
 
 
-def _sddmm_call(shape, dtype, rows, cols, X, Y, target, schedule) -> _Call:
-    """Check X, Y, the target and the schedule as `sp.ops.sddmm` does; Y's slabs per column
-    block and X's rows per row block."""
+def _sddmm_call(shape, dtype, rows, cols, X, Y, target, schedule, format="csr") -> _Call:
+    """Check X, Y, the target, the schedule and the format as `sp.ops.sddmm` does; Y's slabs per
+    column block and X's rows per row block."""
     m, n = shape
     X, Y = _operand(X, "X"), _operand(Y, "Y")
     dtype = ops._value_dtype(dtype, X.dtype, Y.dtype)
@@ -646,14 +1033,16 @@ def _sddmm_call(shape, dtype, rows, cols, X, Y, target, schedule) -> _Call:
     if X.shape[1] != Y.shape[1]:
         raise InputError(f"`X` and `Y` must have the same number of columns, got {X.shape[1]} and {Y.shape[1]}")
     ref = _schedule_ref("sddmm", target, schedule)
-    return _Call("sddmm", dtype, int(X.shape[1]), _blocks(Y, cols), _blocks(X, rows), target, ref)
+    format = _check_format(format)
+    return _Call("sddmm", dtype, int(X.shape[1]), _blocks(Y, cols), _blocks(X, rows), target, ref, format)
 
 
 def _partition(csr, client, row_blocks, col_blocks, replicas, timeout):
     """Check the client and the partition arguments: (client, row and column boundaries,
-    replicas, timeout)."""
+    replicas, timeout, the deadline that starts now)."""
     client = _check_client(client)
     timeout = DEFAULT_TIMEOUT if timeout is None else _check_timeout(timeout)
+    deadline = time.monotonic() + timeout
     if isinstance(replicas, bool) or not isinstance(replicas, numbers.Integral) or replicas < 1:
         raise InputError(f"`replicas` must be a positive integer, got {replicas!r}")
     m, n = csr.shape
@@ -662,9 +1051,9 @@ def _partition(csr, client, row_blocks, col_blocks, replicas, timeout):
         cols = np.zeros(2, np.int64)
     if row_blocks is None:
         # One piece per worker alive now (waiting for one if there is none yet).
-        row_blocks = max(1, len(_live_workers(client, time.monotonic() + timeout)) // (len(cols) - 1))
+        row_blocks = max(1, _worker_count(client, deadline, timeout) // (len(cols) - 1))
     rows = _bounds(row_blocks, m, "row_blocks", lambda k: row_bounds(csr.indptr, k))
-    return client, rows, cols, int(replicas), timeout
+    return client, rows, cols, int(replicas), timeout, deadline
 
 
 def _distributed(A, client, row_blocks, col_blocks, replicas) -> DistributedMatrix | None:
@@ -685,6 +1074,7 @@ def spmm(
     target: str = "cpu",
     schedule=None,
     *,
+    format: str = "csr",
     row_blocks: int | Sequence[int] | None = None,
     col_blocks: int | Sequence[int] = 1,
     replicas: int = 1,
@@ -696,17 +1086,19 @@ def spmm(
     `A` is a scipy sparse matrix (split, scattered, used for this call and freed) or a
     `DistributedMatrix` (reused; `client` may then be None). Every input is checked before
     anything is sent. Returns a numpy array, or with `gather=False` a `dask.array` of row-block
-    chunks left on the workers. `row_blocks`, `col_blocks`, `replicas` and `timeout` (seconds;
-    default `DEFAULT_TIMEOUT`, or the matrix's own) as in `DistributedMatrix`.
+    chunks left on the workers. `format`: "csr" (every piece in CSR) or "auto" (each piece in
+    the format `sp.tune` chooses for it). `row_blocks`, `col_blocks`, `replicas` and `timeout`
+    (seconds for the whole call; default `DEFAULT_TIMEOUT`, or the matrix's own) as in
+    `DistributedMatrix`. A call that cannot finish by its timeout raises `DistributedError`.
     """
     dm = _distributed(A, client, row_blocks, col_blocks, replicas)
     if dm is not None:
-        return dm.spmm(B, target, schedule, gather=gather, timeout=timeout)
+        return dm.spmm(B, target, schedule, format=format, gather=gather, timeout=timeout)
     csr = ops._as_csr(A)
-    client, rows, cols, replicas, timeout = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
-    call = _spmm_call(csr.shape, csr.dtype, cols, B, target, schedule)
-    with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout) as dm:
-        return dm._run(call, gather, timeout)
+    client, rows, cols, replicas, timeout, deadline = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
+    call = _spmm_call(csr.shape, csr.dtype, cols, B, target, schedule, format)
+    with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout, deadline) as dm:
+        return dm._run(call, gather, timeout, deadline)
 
 
 def sddmm(
@@ -717,6 +1109,7 @@ def sddmm(
     target: str = "cpu",
     schedule=None,
     *,
+    format: str = "csr",
     row_blocks: int | Sequence[int] | None = None,
     col_blocks: int | Sequence[int] = 1,
     replicas: int = 1,
@@ -728,9 +1121,9 @@ def sddmm(
     row-block chunks. Arguments as in `spmm`."""
     dm = _distributed(A, client, row_blocks, col_blocks, replicas)
     if dm is not None:
-        return dm.sddmm(X, Y, target, schedule, gather=gather, timeout=timeout)
+        return dm.sddmm(X, Y, target, schedule, format=format, gather=gather, timeout=timeout)
     csr = ops._as_csr(A)
-    client, rows, cols, replicas, timeout = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
-    call = _sddmm_call(csr.shape, csr.dtype, rows, cols, X, Y, target, schedule)
-    with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout) as dm:
-        return dm._run(call, gather, timeout)
+    client, rows, cols, replicas, timeout, deadline = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
+    call = _sddmm_call(csr.shape, csr.dtype, rows, cols, X, Y, target, schedule, format)
+    with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout, deadline) as dm:
+        return dm._run(call, gather, timeout, deadline)
