@@ -34,7 +34,9 @@ would be a silently wrong result.
 
 from __future__ import annotations
 
+import functools
 import numbers
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -74,6 +76,32 @@ def _fits(what: str, count: int | float, it) -> None:
         raise FormatError(f"{what}: {count:.0f}, more than {np.dtype(it)} holds (at most {index_limit(it)})")
 
 
+#: Bytes per value slot that converting and checking a format take at most (values, structure,
+#: the coordinates `check_converted` computes).
+SLOT_BYTES = 64
+
+
+@functools.cache
+def memory_limit() -> int:
+    """Half the machine's memory: what a conversion may take."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return 2**36
+
+
+def slots_fit(what: str, count: int | float, it) -> None:
+    """A number of value slots, counted before anything is allocated: within the index dtype,
+    and within memory (an int64 index fits far more than a machine holds)."""
+    _fits(what, count, it)
+    if count * SLOT_BYTES > memory_limit():
+        gib = count * SLOT_BYTES / 2**30
+        raise FormatError(
+            f"{what}: {count:.0f} slots, about {gib:.0f} GiB to convert and check, more than half of this "
+            f"machine's memory ({2 * memory_limit() / 2**30:.0f} GiB)"
+        )
+
+
 def canonical(A, idtype: str | None = None) -> tuple[scipy.sparse.csr_matrix, np.dtype]:
     """`A` as canonical CSR (sorted, no duplicates), and the index dtype of the converted arrays
     (`idtype`, else int64 when `A` uses it, else int32)."""
@@ -101,8 +129,9 @@ def to_bsr(A, block_size: int, idtype: str | None = None, dtype=None) -> dict[st
     m, n = csr.shape
     mb, nb = -(-m // b), -(-n // b)
     _fits(f"block_size={b}: the padded shape {mb * b} x {nb * b}", max(mb, nb) * b, it)
+    slots_fit(f"block_size={b}: a block of {b} x {b} values", b * b, it)
     blocks = np.unique((row_ids(csr) // b) * nb + csr.indices.astype(np.int64) // b).size
-    _fits(f"block_size={b}: the values of {blocks} blocks of {b} x {b}", blocks * b * b, it)
+    slots_fit(f"block_size={b}: the values of {blocks} blocks of {b} x {b}", blocks * b * b, it)
     try:
         return _bsr(csr, b, it, dtype)
     except MemoryError:
@@ -110,15 +139,19 @@ def to_bsr(A, block_size: int, idtype: str | None = None, dtype=None) -> dict[st
 
 
 def _bsr(csr: scipy.sparse.csr_matrix, b: int, it: np.dtype, dtype) -> dict[str, object]:
+    """The blocks straight from the nonzeros: O(nnz log nnz + stored blocks x b x b), nothing of
+    the size of the padded shape."""
     m, n = csr.shape
     mb, nb = -(-m // b), -(-n // b)
-    indptr = np.concatenate([csr.indptr.astype(np.int64), np.full(mb * b - m, csr.nnz, np.int64)])
-    padded = scipy.sparse.csr_matrix((csr.data, csr.indices, indptr), shape=(mb * b, nb * b))
-    bsr = padded.tobsr(blocksize=(b, b))
-    bsr.sort_indices()
-    values = np.ascontiguousarray(bsr.data, dtype=dtype or csr.dtype)
-    return {"a": values, "indptr": bsr.indptr.astype(it), "indices": bsr.indices.astype(it), "m": mb, "n": nb,
-            "nnz": len(bsr.indices)}  # fmt: skip
+    rows, cols = row_ids(csr), csr.indices.astype(np.int64)
+    key = (rows // b) * nb + cols // b
+    blocks, which = np.unique(key, return_inverse=True)  # sorted by (block row, block column)
+    values = np.zeros((len(blocks), b, b), dtype=dtype or csr.dtype)
+    values[which.reshape(-1), rows % b, cols % b] = csr.data
+    indptr = np.zeros(mb + 1, np.int64)
+    np.cumsum(np.bincount(blocks // max(nb, 1), minlength=mb), out=indptr[1:])
+    return {"a": values, "indptr": indptr.astype(it), "indices": (blocks % max(nb, 1)).astype(it), "m": mb,
+            "n": nb, "nnz": len(blocks)}  # fmt: skip
 
 
 def default_buckets(A) -> list[int]:
@@ -197,7 +230,7 @@ def to_ell_parts(
         group[by_group], np.arange(num_col_parts * len(widths) + 1) * (int(chunk_layer.max(initial=0)) + 1)
     )
     slots = np.asarray(widths, np.int64)[chunk_bucket]
-    _fits(f"buckets {widths}: the value slots of the parts", int(slots.sum(initial=0)), it)
+    slots_fit(f"buckets {widths}: the value slots of the parts", int(slots.sum(initial=0)), it)
     out = []
     for p in range(num_col_parts):
         for w_index, w in enumerate(widths):
@@ -233,7 +266,7 @@ def to_padded(A, pad_size: int, idtype: str | None = None, dtype=None) -> dict[s
     _fits(f"pad_size={pad_size}: the padded column count n + pad_size", n + pad_size, "int32")
     lengths = np.diff(csr.indptr).astype(np.int64)
     padded_len = -(-lengths // pad_size) * pad_size
-    _fits(f"pad_size={pad_size}: the padded rows' value slots", float(padded_len.sum(dtype=np.float64)), "int32")
+    slots_fit(f"pad_size={pad_size}: the padded rows' value slots", float(padded_len.sum(dtype=np.float64)), "int32")
     indptr = np.zeros(m + 1, np.int64)
     np.cumsum(padded_len, out=indptr[1:])
     total = int(indptr[-1])
@@ -344,6 +377,7 @@ def check_converted(A, rules, arrays: dict[str, object]) -> None:
             ) from None
         for name in rule.buffers_to_rewrite:
             buf = rule.new_buffer(name)
+            slots_fit(f"rule `{rule.name}`: the values of `{buf.name}`", bound.buffers[buf].size, "int64")
             coords, slots = _slot_coordinates(rule, buf, bound)
             values = bound.buffers[buf]
             if np.any(values[slots:] != 0):

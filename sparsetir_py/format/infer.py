@@ -28,6 +28,7 @@ from ..errors import FormatError
 from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, SPARSE_VARIABLE
 from ..ir.eval import eval_int
 from ..ir.expr import Var
+from .converters import slots_fit
 
 
 def check_maps(A, rule) -> None:
@@ -87,6 +88,7 @@ def infer(A, rule, dtype=None) -> dict[str, object]:
             length = ranges[axis.name] if level == 0 else _size(axis.length, scalars, ranges[axis.name])
             _solve(rule, axis.length, length, scalars)
             pos, n_pos = pos * length + coord, n_pos * length
+            slots_fit(f"rule `{rule.name}`: the inferred level `{axis.name}`", n_pos, idtype)
         elif axis.kind in (SPARSE_VARIABLE, DENSE_VARIABLE):
             key_pos, key = pos, coord
             if axis.kind == SPARSE_VARIABLE:
