@@ -3,8 +3,9 @@
 Results equal scipy (and `sp.ops` bit for bit where the summation order is the same) on a real
 graph, on random matrices whose row blocks are empty, and on the edge matrices; a worker killed
 while its task runs is survived with the same bits; a DistributedMatrix is sent once and reused,
-counted by what the scheduler is told (tasks submitted, bytes scattered); bad inputs raise
-`InputError` before the scheduler hears of anything.
+counted by what the scheduler is told (tasks submitted, bytes scattered); `format="auto"` gives
+each piece its own configuration, chosen once per width and shown in `formats`; bad inputs raise
+`InputError` before the scheduler hears of anything. Faults: `test_distributed_faults.py`.
 """
 
 from __future__ import annotations
@@ -300,6 +301,48 @@ def test_named_and_callable_schedules(client):
         assert kernels() == compiled
 
 
+def test_auto_format_per_piece_is_chosen_once_and_shown(client, traffic):
+    """`format="auto"`: each piece runs the configuration `sp.tune` chose for its own structure
+    (a row block of hub rows and one of short rows may differ), tuned on the worker once per
+    width; `formats` shows the choices, and a second call at that width submits only the row
+    blocks' tasks."""
+    A = load_matrix("wiki-Vote")
+    B, X = operands(A, 16)
+    with sp_distributed.DistributedMatrix(A, client, row_blocks=3, col_blocks=2, timeout=TIMEOUT) as dA:
+        start = traffic.snapshot()
+        C = dA.spmm(B, format="auto")
+        tasks, _ = traffic.since(start)
+        assert tasks == 6 + 3 * 2 + 3  # one choice per piece, one task per piece, one sum per row block
+        labels = dA.formats[("spmm", 16)]
+        assert len(labels) == dA.num_pieces and all(isinstance(label, str) and label for label in labels)
+        np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+        start = traffic.snapshot()
+        np.testing.assert_allclose(dA.spmm(B, format="auto"), C, rtol=1e-5, atol=1e-5)
+        assert traffic.since(start)[0] == 3 * 2 + 3  # chosen before: no tuning task
+        assert dA.formats[("spmm", 16)] == labels
+        S = dA.sddmm(X, B, format="auto")
+        np.testing.assert_allclose(S.data, sddmm_reference(A, X, B), rtol=1e-4, atol=1e-4)
+        assert len(dA.formats[("sddmm", 16)]) == dA.num_pieces
+        # CSR (the default) is shown as such.
+        dA.spmm(B)
+        assert dA.formats[("spmm", 16)] == ["csr"] * dA.num_pieces
+    C = sp_distributed.spmm(A, B, client, format="auto", timeout=TIMEOUT)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_placement_and_bytes_sent(client):
+    """`placement` is asked of the scheduler: live workers only; `bytes_sent` counts what the
+    client scattered (the pieces once, then each call's B once)."""
+    A = load_matrix("cora")
+    B, _ = operands(A, 4)
+    with sp_distributed.DistributedMatrix(A, client, row_blocks=2, timeout=TIMEOUT) as dA:
+        live = set(client.nthreads())
+        assert all(held and set(held) <= live for held in dA.placement)
+        assert dA.bytes_sent == dA.nbytes
+        dA.spmm(B)
+        assert dA.bytes_sent == dA.nbytes + B.nbytes
+
+
 # -------------------------------------------------------------------- reuse
 def test_distributed_matrix_is_sent_once_and_reused(client, traffic):
     """Scattering A sends its pieces once; each later call sends only B (Dask's own count of
@@ -405,6 +448,7 @@ def test_bad_inputs_fail_before_anything_is_sent(client, traffic):
         "col_blocks": lambda: sp_distributed.spmm(A, B, client, col_blocks=-1),
         "col_blocks floats": lambda: sp_distributed.spmm(A, B, client, col_blocks=[0.0, float(n)]),
         "replicas": lambda: sp_distributed.spmm(A, B, client, replicas=0),
+        "format": lambda: sp_distributed.spmm(A, B, client, format="ell"),
         "timeout": lambda: sp_distributed.spmm(A, B, client, timeout=0),
         "client": lambda: sp_distributed.spmm(A, B, "tcp://127.0.0.1:8786"),
         "DistributedMatrix client": lambda: sp_distributed.DistributedMatrix(A, None),
