@@ -273,6 +273,7 @@ MALFORMED_NPZ = {
     "bsr_block_does_not_divide": (BSR, {"shape": np.array([5, 4])}, "does not divide"),
     "bsr_block_column_past_shape": (BSR, {"indices": np.array([0, 2])}, r"must lie in \[0, 2\)"),
     "coo_row_past_shape": (COO, {"row": np.array([0, 3])}, r"row indices must lie in \[0, 3\)"),
+    "coo_row_scalar": (COO, {"row": np.array(0)}, "row indices must be a 1-D integer array"),
     "coo_col_missing": (COO, {"col": DROP}, "has no `col` array"),
     "coo_lengths_differ": (COO, {"col": np.array([1])}, "column indices has 1 entries, expected 2"),
     "coo_coords_three_rows": (COO, {"row": DROP, "col": DROP, "coords": np.zeros((3, 2), int)}, "must be 2 x nnz"),
@@ -451,7 +452,9 @@ def npz_mutations(draw, arrays: dict) -> dict:
     if action == "shorter":
         return {key: new[:-1] if new.ndim else new}
     if action == "longer":
-        return {key: np.concatenate([new, new[-1:] if len(new) else np.zeros(1, new.dtype)]) if new.ndim else new}
+        if new.ndim != 1:
+            return {}
+        return {key: np.concatenate([new, new[-1:] if len(new) else np.zeros(1, new.dtype)])}
     if new.size == 0 or new.dtype.kind not in "iuf":
         return {}
     flat = new.reshape(-1)

@@ -5,12 +5,15 @@ They are read through `importlib.resources`, so they load the same from a clone,
 install or a wheel. `load_matrix` also reads a matrix file of your own: a scipy `.npz` or a
 Matrix Market `.mtx` (`.mtx.gz`, `.mtx.bz2`; suffixes in any case).
 
-A file is input nobody checked: the loader reads its raw arrays itself and checks them (the
-checks of `sp.ops`, in `sparsetir_py.inputs`) before any scipy constructor sees them, since
-scipy's compiled code crashes the process or builds an invalid matrix from broken arrays. A
-header that declares more than the file holds, or more than this machine's memory, is refused
-before anything of that size is allocated. Every problem raises `sp.InputError` naming the file
-and the offending value.
+A file is input nobody checked: the loader reads the raw arrays of an `.npz` itself (never
+unpickling) and checks them (the checks of `sp.ops`, in `sparsetir_py.inputs`) before any scipy
+constructor sees them, since scipy's compiled code crashes the process or builds an invalid
+matrix from broken arrays. A Matrix Market file's header and body are checked before scipy's
+reader sees them: it reads `2,5` as 2 and runs past the end of a file that ends in `7.25E`. A
+header that declares more than the file holds, or more than `MEMORY_LIMIT`, is refused before
+anything of that size is allocated; so is a matrix whose shape or number of entries does not
+fit the index dtype asked for. Every problem raises `sp.InputError` naming the file and the
+offending value.
 
 >>> import sparsetir_py as sp
 >>> A = sp.data.load_matrix("karate")
@@ -268,8 +271,19 @@ def _npz_matrix(format: str, shape: tuple[int, int], arrays: dict[str, np.ndarra
         row, col = (arrays[k].astype(np.int64) for k in ("row", "col"))
         return scipy.sparse.coo_matrix((_values(data), (row, col)), shape=shape)
     check_dia(shape, arrays["offsets"], data, label)
-    # DIA pads its diagonals; scipy's COO form keeps only the stored entries inside the matrix.
-    return scipy.sparse.dia_matrix((_values(data), arrays["offsets"].astype(np.int64)), shape=shape).tocoo()
+    return _dia_as_coo(shape, arrays["offsets"].astype(np.int64), _values(data))
+
+
+def _dia_as_coo(shape: tuple[int, int], offsets: np.ndarray, data: np.ndarray) -> scipy.sparse.coo_matrix:
+    """The entries of checked DIA arrays, as scipy's `tocoo` keeps them: column j of diagonal k
+    at row j - offsets[k], inside the matrix, nonzero (DIA pads its diagonals). In numpy, in the
+    size of `data`: scipy's conversion goes through CSR, an indptr of one entry per row."""
+    m, n = shape
+    columns = np.arange(min(data.shape[1], n))
+    data = data[:, : len(columns)]
+    rows = columns[None, :] - offsets[:, None]  # no overflow: the offsets lie in (-m, n)
+    keep = (rows >= 0) & (rows < m) & (data != 0)
+    return scipy.sparse.coo_matrix((data[keep], (rows[keep], np.broadcast_to(columns, rows.shape)[keep])), shape=shape)
 
 
 def _values(data: np.ndarray) -> np.ndarray:
