@@ -44,6 +44,7 @@ import scipy.sparse
 
 from ..errors import FormatError, InputError
 from ..ir.axis import DENSE_FIXED, SPARSE_FIXED
+from .args import bind_arguments
 
 INDEX_DTYPES = ("int32", "int64")
 
@@ -344,8 +345,9 @@ def _guarded(rule, what: str, run):
 
 def check_converted(A, rules, arrays: dict[str, object]) -> None:
     """Check converted arguments against their rules (see the module docstring); `A` is the
-    canonical CSR matrix they were converted from. A `FormatError` names the rule, the parameter
-    or the coordinate that does not fit."""
+    matrix they were converted from. A `FormatError` names the rule, the parameter or the
+    coordinate that does not fit."""
+    A, _ = canonical(A)
     m, n = A.shape
     keys = row_ids(A) * max(n, 1) + A.indices.astype(np.int64)  # sorted: A is canonical
     covered = np.zeros(A.nnz, np.int64)  # slots holding each nonzero of A, over all parts
@@ -366,8 +368,6 @@ def check_converted(A, rules, arrays: dict[str, object]) -> None:
             value = own.get(buf.data.name) if buf.data is not None else None
             if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.dtype != np.dtype(buf.dtype):
                 own[buf.data.name] = value.astype(buf.dtype)  # values are compared, not typed, here
-        from .args import bind_arguments
-
         try:
             bound = bind_arguments(desc, (), own)
         except InputError as e:
