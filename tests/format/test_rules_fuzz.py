@@ -619,3 +619,17 @@ def test_fuzz_rule_fields(data):
         sp.decompose_format(spmm_script(), [rule])
     except sp.FormatError:
         pass
+
+
+def test_indexing_maps_as_index_maps():
+    """`sparsetir_py.arith` indexing maps work as callables do: checked, inferred, exact."""
+    from sparsetir_py.arith import parse_indexing_map
+
+    idx = parse_indexing_map("(d0, d1) -> (d0 floordiv 2, d1, d0 mod 2), domain: d0 in [0, 99], d1 in [0, 99]")
+    inv = parse_indexing_map("(d0, d1, d2) -> (d0 * 2 + d2, d1), domain: d0 in [0, 49], d1 in [0, 99], d2 in [0, 1]")
+    rule = pairs_rule(inv, idx)
+    assert rule.inverse_proven
+    assert converts_exactly(karate(), [rule])
+    bad = parse_indexing_map("(d0, d1, d2) -> (d0 * 2 - d2 + 1, d1), domain: d0 in [0, 9], d1 in [0, 9], d2 in [0, 1]")
+    with pytest.raises(sp.FormatError, match="inv_idx_map does not undo idx_map"):
+        pairs_rule(bad, idx)
