@@ -116,9 +116,9 @@ def load_matrix(name: str | os.PathLike, dtype=np.float32, index_dtype=np.int32)
     csr, csc, bsr, coo and dia formats) or a Matrix Market `.mtx` file (also `.mtx.gz` /
     `.mtx.bz2`; symmetric and skew-symmetric ones are expanded and pattern ones get the value 1,
     as `scipy.io.mmread` reads them). Canonical means sorted column indices within each row and
-    no duplicate entries (duplicates are summed). Values are cast to `dtype`; `indptr` and
-    `indices` are both of `index_dtype` (`int32` or `int64`), which scipy would otherwise narrow
-    to int32 whenever the values fit.
+    no duplicate entries (duplicates are summed). Values are cast to `dtype` (one past its range
+    becomes inf, and numpy warns); `indptr` and `indices` are both of `index_dtype` (`int32` or
+    `int64`), which scipy would otherwise narrow to int32 whenever the values fit.
 
     Raises `KeyError` naming the shipped matrices when `name` is neither one of them nor a matrix
     file, and `sp.InputError` naming the file and the value when a file is broken (see
