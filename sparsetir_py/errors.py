@@ -2,6 +2,38 @@
 
 from __future__ import annotations
 
+#: How many characters of the offending line an error shows on each side of the offending one: a
+#: text of one long line (a generated map of thousands of terms) would otherwise be quoted whole.
+EXCERPT_RADIUS = 36
+
+
+def source_excerpt(text: str, position: int) -> tuple[int, int, str]:
+    r"""The line and column (from 1) of `position` in `text`, and two indented lines showing it:
+    the source line, cut to EXCERPT_RADIUS characters either side of the position (with `...`
+    where it is cut), and a caret under the offending character.
+
+    Characters that do not print (tabs, NULs) are shown as blanks, one for one, so that the caret
+    stays under its character.
+
+    >>> line, column, excerpt = source_excerpt("x = (1 +\n  2 ? 3)", 13)
+    >>> (line, column), excerpt.splitlines()[1:]
+    ((2, 5), ['      2 ? 3)', '        ^'])
+    """
+    position = max(0, min(position, len(text)))
+    line = text.count("\n", 0, position) + 1
+    line_start = text.rfind("\n", 0, position) + 1
+    line_end = text.find("\n", position)
+    line_end = len(text) if line_end < 0 else line_end
+    lo = max(line_start, position - EXCERPT_RADIUS)
+    hi = min(line_end, position + EXCERPT_RADIUS + 1)
+    shown = "".join(c if c.isprintable() else " " for c in text[lo:hi])
+    head = "..." if lo > line_start else ""
+    tail = "..." if hi < line_end else ""
+    if not tail:
+        shown = shown.rstrip()  # the line's trailing blanks (and a `\r` before its `\n`)
+    caret = " " * (len(head) + position - lo) + "^"
+    return line, position - line_start + 1, f"\n    {head}{shown}{tail}\n    {caret}"
+
 
 class SparseTIRError(Exception):
     """Root of every error this package raises on purpose."""
@@ -72,15 +104,9 @@ class EncodingError(SparseTIRError):
         self.line = self.column = None
         full = message
         if text is not None and position is not None:
-            position = max(0, min(position, len(text)))
-            self.position = position
-            self.line = text.count("\n", 0, position) + 1
-            start = text.rfind("\n", 0, position) + 1
-            end = text.find("\n", position)
-            self.column = position - start + 1
-            source_line = text[start : end if end >= 0 else len(text)]
-            full = f"{message} (at position {position}, line {self.line}, column {self.column})"
-            full += f"\n    {source_line.rstrip()}\n    {' ' * (position - start)}^"
+            self.position = max(0, min(position, len(text)))
+            self.line, self.column, excerpt = source_excerpt(text, self.position)
+            full = f"{message} (at position {self.position}, line {self.line}, column {self.column}){excerpt}"
         super().__init__(full)
 
 

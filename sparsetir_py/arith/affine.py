@@ -41,9 +41,11 @@ __all__ = [
     "Interval",
     "Mod",
     "SymbolId",
+    "affine_sum",
     "compile_exprs",
     "const",
     "dim",
+    "largest_constant",
     "symbol",
 ]
 
@@ -446,6 +448,35 @@ def atom_expr(atom: Atom) -> AffineExpr:
     return AffineExpr(((atom, 1),), 0)
 
 
+def affine_sum(exprs: Sequence[AffineExpr]) -> AffineExpr:
+    """The sum of `exprs`, made canonical once: adding them one by one rebuilds the growing sum at
+    every step, which is quadratic in the number of terms.
+
+    >>> str(affine_sum([dim(0) % 4, dim(0) // 4 * 4, symbol(0), const(3)]))
+    'd0 + s0 + 3'
+    """
+    if len(exprs) == 1:
+        return exprs[0]
+    acc: dict[Atom, int] = {}
+    constant = 0
+    for e in exprs:
+        for atom, k in e.terms:
+            acc[atom] = acc.get(atom, 0) + k
+        constant += e.constant
+    return _build(acc, constant)
+
+
+def largest_constant(e: AffineExpr) -> int:
+    """The largest magnitude among the integers of `e`'s canonical form: its constant, coefficients
+    and divisors, nested ones included."""
+    largest = abs(e.constant)
+    for atom, k in e.terms:
+        largest = max(largest, abs(k))
+        if isinstance(atom, FloorDiv | Mod):
+            largest = max(largest, atom.divisor, largest_constant(atom.lhs))
+    return largest
+
+
 def _as_affine(value: Any) -> AffineExpr:
     if isinstance(value, AffineExpr):
         return value
@@ -524,30 +555,74 @@ def _merge_shifted(items: dict[Atom, int], constant: int) -> tuple[dict[Atom, in
 
 def _pair_div_mod(items: dict[Atom, int], constant: int) -> tuple[dict[Atom, int], int]:
     """Replace `b*c*(x floordiv c) + b*(x mod c)` by `b*x` while such pairs exist (also when the
-    floordiv's dividend is `x` plus a multiple of `c`)."""
-    while True:
-        pair = None
-        for atom, b in items.items():
-            if not isinstance(atom, Mod):
-                continue
-            fd = _floordiv(atom.lhs, atom.divisor).atom
-            if not isinstance(fd, FloorDiv):
-                continue
-            key = _shift_key(fd)
-            partner = next((a for a in items if _shift_key(a) == key and items[a] == b * atom.divisor), None)
-            if partner is not None:
-                pair = (atom, partner, b, (partner.lhs.constant - fd.lhs.constant) // fd.divisor)
-                break
-        if pair is None:
-            return items, constant
-        mod_atom, fd_atom, b, shift = pair
-        del items[mod_atom]
-        del items[fd_atom]
-        x = mod_atom.lhs
-        for atom, k in x.terms:
-            items[atom] = items.get(atom, 0) + b * k
-        items = {a: k for a, k in items.items() if k}
-        constant += b * x.constant + b * mod_atom.divisor * shift
+    floordiv's dividend is `x` plus a multiple of `c`).
+
+    The pairs are taken as a rescan after each one would take them: the first `mod` term in the
+    order of `items` that has a partner, with its first partner. The `floordiv` terms are grouped
+    by `_shift_key` once, so a long sum costs linear time. A pair whose `x` holds `floordiv` or
+    `mod` terms can give a partner to a `mod` term scanned already: the scan goes back to it.
+    """
+    floordivs: dict[tuple, list[FloorDiv]] = {}  # shift key -> the floordiv terms, in items' order
+    mods: list[Mod] = []  # the mod terms in items' order (one added again is appended again)
+    position: dict[Mod, int] = {}  # a mod term's current place in `mods`
+    partner_key: dict[Mod, tuple | None] = {}  # the shift key of `x floordiv c`, for `x mod c`
+    waiting: dict[tuple, list[Mod]] = {}  # shift key -> the mod terms whose partner has that key
+
+    def enter(atom: Atom) -> None:
+        """Index a term that `items` gained (at its end)."""
+        if isinstance(atom, FloorDiv):
+            group = floordivs.setdefault(_shift_key(atom), [])
+            if atom in group:  # removed earlier, back now at the end of `items`
+                group.remove(atom)
+            group.append(atom)
+        elif isinstance(atom, Mod):
+            position[atom] = len(mods)
+            mods.append(atom)
+            if atom not in partner_key:
+                fd = _floordiv(atom.lhs, atom.divisor).atom
+                partner_key[atom] = _shift_key(fd) if isinstance(fd, FloorDiv) else None
+                if partner_key[atom] is not None:
+                    waiting.setdefault(partner_key[atom], []).append(atom)
+
+    if not any(isinstance(atom, FloorDiv) for atom in items):
+        return items, constant  # each pair takes a floordiv term, and only a pair brings new ones
+    for atom in items:
+        enter(atom)
+    i = 0
+    while i < len(mods):
+        mod = mods[i]
+        i += 1
+        b = items.get(mod)
+        key = partner_key[mod]
+        if b is None or key is None or position[mod] != i - 1:
+            continue
+        partner = next((a for a in floordivs.get(key, ()) if items.get(a) == b * mod.divisor), None)
+        if partner is None:
+            continue
+        fd = _floordiv(mod.lhs, mod.divisor).atom
+        constant += b * mod.lhs.constant + b * mod.divisor * ((partner.lhs.constant - fd.lhs.constant) // fd.divisor)
+        del items[mod]
+        del items[partner]
+        changed = []
+        for atom, k in mod.lhs.terms:
+            new = atom not in items
+            total = items.get(atom, 0) + b * k
+            if total:
+                items[atom] = total
+            else:
+                del items[atom]
+            if isinstance(atom, FloorDiv | Mod):
+                changed.append(atom)
+                if new:
+                    enter(atom)
+        # A mod term scanned already may have a partner now: one whose coefficient changed, or
+        # one waiting for a floordiv term that changed. Scan again from the first of them.
+        again = [m for m in changed if isinstance(m, Mod)]
+        again += [
+            m for fd_atom in changed if isinstance(fd_atom, FloorDiv) for m in waiting.get(_shift_key(fd_atom), ())
+        ]
+        i = min([i, *(position[m] for m in again if m in items)])
+    return items, constant
 
 
 @lru_cache(maxsize=1 << 16)

@@ -11,29 +11,64 @@ or newlines. Also accepted, for the examples of XLA's documentation: `floorDiv`,
 coefficients (`16d0`), `ceildiv`, `//` and `%`, negative divisors, a domain without the comma
 before `domain:`, and symbols followed by `hlo: <producer>` plus an access map on the next line,
 which makes them runtime variables.
+
+Hostile text is refused with an `IndexingMapError` at the offending place, in time linear in the
+text: parentheses, and `floordiv`/`mod`/`ceildiv` applied to one another, nest at most
+MAX_NESTING deep; integer literals, and the constants, coefficients and divisors of every
+expression's canonical form, fit int64; chains (`a + b + ...`, `- - d0`, `d0 * 2 * 2`) are read by
+loops. These are the limits of `parse_encoding`'s level expressions.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from .affine import AffineExpr, Interval, const, dim, symbol
+from .affine import AffineExpr, Interval, affine_sum, const, dim, largest_constant, symbol
 from .errors import IndexingMapError
 from .indexing_map import AffineMap, IndexingMap, RuntimeVar, Variable
 
-__all__ = ["parse_affine_expr", "parse_affine_map", "parse_indexing_map"]
+__all__ = ["INT64_MAX", "MAX_NESTING", "fits_int64", "parse_affine_expr", "parse_affine_map", "parse_indexing_map"]
+
+#: The largest integer the text may hold, and every constant, coefficient and divisor of an
+#: expression's canonical form: XLA and MLIR keep them in int64.
+INT64_MAX = 2**63 - 1
+#: How deep parentheses, and `floordiv`/`mod`/`ceildiv` applied to one another, may nest. The
+#: parser recurses on parentheses and the canonical form on nested divisions; real maps nest two
+#: or three deep.
+MAX_NESTING = 64
 
 _TOKEN = re.compile(
-    r"(?P<int>\d+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<floordiv>//)|(?P<punct>[()\[\]{},:+\-*%])"
+    r"(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<floordiv>//)|(?P<punct>[()\[\]{},:+\-*%])"
 )
+_BLANKS = re.compile(r"\s*")
 _KEYWORDS = {"domain", "in", "floordiv", "mod", "ceildiv", "hlo", "is_simplified"}
 _MUL_OPS = {"*", "floordiv", "mod", "ceildiv", "//", "%"}
+_DIVISIONS = {"floordiv": "floordiv", "//": "floordiv", "mod": "mod", "%": "mod", "ceildiv": "ceildiv"}
+#: How much of a name or a piece of text a message quotes.
+_QUOTED = 40
 
 
-@dataclass(frozen=True, slots=True)
-class _Token:
+def fits_int64(digits: str) -> bool:
+    """Whether a decimal literal fits int64, decided before `int()` converts it (which is quadratic
+    in the number of digits and refuses more than a few thousand)."""
+    digits = digits.lstrip("0")
+    return len(digits) < 19 or (len(digits) == 19 and int(digits) <= INT64_MAX)
+
+
+def _cut(text: str) -> str:
+    """`text`, cut to its start when it is long: messages quote names and pieces of the text."""
+    if len(text) <= _QUOTED:
+        return text
+    return f"{text[: _QUOTED // 2]}... ({len(text)} characters)"
+
+
+def _quote(text: str) -> str:
+    return f"`{_cut(text)}`"
+
+
+class _Token(NamedTuple):
     kind: str  # "int", "ident", "op" (punctuation and operator keywords), "eof"
     text: str
     start: int
@@ -45,14 +80,14 @@ class _Parser:
         self.source = source
         self.what = what
         self.pos = 0
+        self.nesting = 0  # open parentheses in the expression being read
         self.token = self._lex()
 
     # -- lexing ---------------------------------------------------------------------------------
 
     def _lex(self) -> _Token:
         n = len(self.source)
-        while self.pos < n and self.source[self.pos].isspace():
-            self.pos += 1
+        self.pos = _BLANKS.match(self.source, self.pos).end()
         if self.pos >= n:
             return _Token("eof", "", n, n)
         m = _TOKEN.match(self.source, self.pos)
@@ -61,6 +96,9 @@ class _Parser:
         start, self.pos = m.start(), m.end()
         text = m.group()
         if m.lastgroup == "int":
+            if not fits_int64(text):
+                shown = text if len(text) <= _QUOTED else f"{text[: _QUOTED // 2]}... ({len(text)} digits)"
+                self.fail(f"the integer {shown} does not fit a 64-bit integer (at most {INT64_MAX})", start)
             return _Token("int", text, start, self.pos)
         if m.lastgroup == "ident":
             lowered = text.lower()
@@ -89,19 +127,11 @@ class _Parser:
         return self.advance()
 
     def describe(self) -> str:
-        return "the end of the text" if self.token.kind == "eof" else f"`{self.token.text}`"
+        return "the end of the text" if self.token.kind == "eof" else _quote(self.token.text)
 
     def fail(self, message: str, pos: int | None = None) -> None:
         pos = self.token.start if pos is None else pos
-        line_start = self.source.rfind("\n", 0, pos) + 1
-        line_end = self.source.find("\n", pos)
-        line_end = len(self.source) if line_end < 0 else line_end
-        line_no = self.source.count("\n", 0, pos) + 1
-        col = pos - line_start
-        text = self.source[line_start:line_end]
-        raise IndexingMapError(
-            f"cannot parse {self.what}: {message} (line {line_no}, column {col + 1})\n    {text}\n    {' ' * col}^"
-        )
+        raise IndexingMapError(f"cannot parse {self.what}: {message}", self.source, pos)
 
     def rest_of_line(self, start: int) -> str:
         """The raw text from `start` to the end of its line; parsing continues after it."""
@@ -118,12 +148,14 @@ class _Parser:
         names: list[str] = []
         if self.accept(close):
             return names
+        seen: set[str] = set()
         while True:
             if self.token.kind != "ident" or self.token.text in _KEYWORDS:
                 self.fail(f"expected a variable name, got {self.describe()}")
             name = self.advance().text
-            if name in names:
-                self.fail(f"variable `{name}` is declared twice")
+            if name in seen:
+                self.fail(f"variable {_quote(name)} is declared twice")
+            seen.add(name)
             names.append(name)
             if self.accept(close):
                 return names
@@ -133,7 +165,7 @@ class _Parser:
         negative = self.accept("-")
         if self.token.kind != "int":
             self.fail(f"expected an integer, got {self.describe()}")
-        value = int(self.advance().text)
+        value = int(self.advance().text.lstrip("0") or "0")
         return -value if negative else value
 
     def interval(self) -> Interval:
@@ -144,65 +176,122 @@ class _Parser:
         self.expect("]")
         return Interval(lo, hi)
 
+    # -- expressions ----------------------------------------------------------------------------
+    # Each piece returns its value and its depth: how many divisions (`floordiv`, `mod`,
+    # `ceildiv`) nest in it. Only parentheses recurse, and `self.nesting` bounds them.
+
     def expr(self, scope: dict[str, AffineExpr]) -> AffineExpr:
-        result = self.term(scope)
+        return self.sum(scope)[0]
+
+    def sum(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
+        """`term (('+' | '-') term)*`, added up once (see `affine_sum`); the canonical form must
+        fit int64."""
+        start = self.token.start
+        first, depth = self.term(scope)
+        summands = [first]
         while self.at("+") or self.at("-"):
             negative = self.advance().text == "-"
-            rhs = self.term(scope)
-            result = result - rhs if negative else result + rhs
-        return result
+            rhs, rhs_depth = self.term(scope)
+            summands.append(-rhs if negative else rhs)
+            depth = max(depth, rhs_depth)
+        result = affine_sum(summands)
+        largest = largest_constant(result)
+        if largest > INT64_MAX:
+            self.fail(
+                f"the expression holds {largest} (a constant, coefficient or divisor of its canonical form), "
+                f"which does not fit a 64-bit integer (at most {INT64_MAX})",
+                start,
+            )
+        return result, depth
 
-    def term(self, scope: dict[str, AffineExpr]) -> AffineExpr:
-        result = self.unary(scope)
+    def term(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
+        """`unary (('*' | 'floordiv' | 'mod' | 'ceildiv' | '//' | '%') unary)*`, left to right.
+        Constant factors gather in `scale` (which must fit int64), applied once before a division
+        and at the end, so that `x * 2 * 2 ...` rescales `x` once."""
+        acc, depth = self.unary(scope)
+        scale = 1
         while self.token.kind == "op" and self.token.text in _MUL_OPS:
             op_token = self.advance()
-            rhs = self.unary(scope)
-            result = self.binary(op_token, result, rhs)
-        return result
+            rhs, rhs_depth = self.unary(scope)
+            depth = max(depth, rhs_depth)
+            if op_token.text == "*":
+                if rhs.is_constant:
+                    scale = self.checked_scale(scale * rhs.constant, op_token)
+                elif acc.is_constant:
+                    scale, acc = self.checked_scale(scale * acc.constant, op_token), rhs
+                else:
+                    self.fail(
+                        f"non-affine product {_quote(str(acc.scale(scale)))} * {_quote(str(rhs))}: "
+                        "one side must be a constant",
+                        op_token.start,
+                    )
+                continue
+            depth += 1
+            if depth > MAX_NESTING:
+                self.fail(
+                    f"the expression is nested deeper than {MAX_NESTING} levels of `floordiv`, `ceildiv` and `mod`",
+                    op_token.start,
+                )
+            acc = self.divide(op_token, acc.scale(scale), rhs)
+            scale = 1
+        return acc.scale(scale), depth
 
-    def binary(self, op_token: _Token, lhs: AffineExpr, rhs: AffineExpr) -> AffineExpr:
-        op = op_token.text
-        try:
-            if op == "*":
-                return lhs * rhs
-            if not rhs.is_constant:
-                self.fail(f"the divisor of `{op}` must be a constant, got `{rhs}`", op_token.start)
-            if op in ("floordiv", "//"):
-                return lhs.floordiv(rhs)
-            if op in ("mod", "%"):
-                return lhs.mod(rhs)
-            return lhs.ceildiv(rhs)
-        except IndexingMapError as err:
-            if str(err).startswith("cannot parse"):
-                raise
-            self.fail(str(err), op_token.start)
-            raise  # pragma: no cover - fail raises
+    def checked_scale(self, value: int, op_token: _Token) -> int:
+        if abs(value) > INT64_MAX:
+            self.fail(
+                f"the product of the constant factors does not fit a 64-bit integer (at most {INT64_MAX})",
+                op_token.start,
+            )
+        return value
 
-    def unary(self, scope: dict[str, AffineExpr]) -> AffineExpr:
-        if self.accept("-"):
-            return -self.unary(scope)
-        return self.primary(scope)
+    def divide(self, op_token: _Token, lhs: AffineExpr, rhs: AffineExpr) -> AffineExpr:
+        op = _DIVISIONS[op_token.text]
+        if not rhs.is_constant:
+            self.fail(f"the divisor of `{op_token.text}` must be a constant, got {_quote(str(rhs))}", op_token.start)
+        if rhs.constant == 0:
+            self.fail(f"division by zero in `{op_token.text}`", op_token.start)
+        if op == "floordiv":
+            return lhs.floordiv(rhs.constant)
+        if op == "mod":
+            return lhs.mod(rhs.constant)
+        return lhs.ceildiv(rhs.constant)
 
-    def primary(self, scope: dict[str, AffineExpr]) -> AffineExpr:
+    def unary(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
+        """`'-'* primary`: the signs are counted in a loop (`- - d0` is `d0`)."""
+        negative = False
+        while self.accept("-"):
+            negative = not negative
+        value, depth = self.primary(scope)
+        return (-value if negative else value), depth
+
+    def primary(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
         token = self.token
         if token.kind == "int":
             self.advance()
-            value = const(int(token.text))
+            value = const(int(token.text.lstrip("0") or "0"))  # leading zeros count against int()'s limit
             # `16d0` in XLA's documentation: a coefficient written against its variable.
             if self.token.kind == "ident" and self.token.start == token.end and self.token.text not in _KEYWORDS:
-                return value * self.primary(scope)
-            return value
+                return value * self.variable(scope), 0
+            return value, 0
         if token.kind == "ident" and token.text not in _KEYWORDS:
-            if token.text not in scope:
-                self.fail(f"unknown variable `{token.text}`")
-            self.advance()
-            return scope[token.text]
+            return self.variable(scope), 0
         if self.accept("("):
-            inner = self.expr(scope)
+            self.nesting += 1
+            if self.nesting > MAX_NESTING:
+                self.fail(f"the expression is nested deeper than {MAX_NESTING} levels of parentheses", token.start)
+            inner = self.sum(scope)
             self.expect(")")
+            self.nesting -= 1
             return inner
         self.fail(f"expected an expression, got {self.describe()}")
         raise AssertionError  # pragma: no cover
+
+    def variable(self, scope: dict[str, AffineExpr]) -> AffineExpr:
+        if self.token.kind != "ident" or self.token.text in _KEYWORDS:
+            self.fail(f"expected a variable, got {self.describe()}")
+        if self.token.text not in scope:
+            self.fail(f"unknown variable {_quote(self.token.text)}")
+        return scope[self.advance().text]
 
     def results(self, scope: dict[str, AffineExpr]) -> list[AffineExpr]:
         self.expect("(")
@@ -263,7 +352,9 @@ def parse_indexing_map(text: str) -> IndexingMap:
     variables = dim_names + sym_names
     if not p.accept("domain"):
         if variables:
-            p.fail(f"expected `domain:` with the intervals of {', '.join(variables)}, got {p.describe()}")
+            listed = ", ".join(_cut(v) for v in variables[:8])
+            listed += f", ... ({len(variables)} in all)" if len(variables) > 8 else ""
+            p.fail(f"expected `domain:` with the intervals of {listed}, got {p.describe()}")
         _finish(p)
         return IndexingMap(tuple(results))
     p.expect(":")
@@ -278,15 +369,16 @@ def parse_indexing_map(text: str) -> IndexingMap:
         k = len(intervals)
         if k < len(variables):
             if e != scope[variables[k]]:
+                got = _quote(p.source[start : p.token.start].strip())
                 p.fail(
-                    f"expected the interval of `{variables[k]}` (intervals are read by position: "
-                    f"dimensions, then symbols, then constraints), got `{p.source[start : p.token.start].strip()}`",
+                    f"expected the interval of {_quote(variables[k])} (intervals are read by position: "
+                    f"dimensions, then symbols, then constraints), got {got}",
                     start,
                 )
             intervals.append(rng)
             if p.at("hlo"):
                 if k < len(dim_names):
-                    p.fail(f"`hlo:` describes a runtime variable, but `{variables[k]}` is a dimension")
+                    p.fail(f"`hlo:` describes a runtime variable, but {_quote(variables[k])} is a dimension")
                 p.advance()
                 colon = p.expect(":")
                 hlo = p.rest_of_line(colon.end)
@@ -295,7 +387,7 @@ def parse_indexing_map(text: str) -> IndexingMap:
             constraints.append((e, rng))
         p.accept(",")
     if len(intervals) < len(variables):
-        p.fail(f"missing the interval of `{variables[len(intervals)]}`")
+        p.fail(f"missing the interval of {_quote(variables[len(intervals)])}")
     _finish(p)
     num_dims = len(dim_names)
     # Symbols described with `hlo:` (XLA's documentation) are runtime variables; they must come last.
@@ -354,7 +446,7 @@ class _AutoScope(dict):
     """Resolves `d<i>` and `s<j>` on demand."""
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and re.fullmatch(r"[ds]\d+", name) is not None
+        return isinstance(name, str) and re.fullmatch(r"[ds][0-9]+", name) is not None and fits_int64(name[1:])
 
     def __missing__(self, name: str) -> AffineExpr:
         index = int(name[1:])
