@@ -8,10 +8,9 @@ bucket, named `ell<width>`: the hybrid format (`hyb.py`) with a single column pa
 
 from __future__ import annotations
 
+from format_rules.hyb import part_rule
 from sparsetir_py.format import FormatRewriteRule
 from sparsetir_py.format import converters as formats
-
-from .hyb import part_rule
 
 
 def rules(A=None, buckets=None, dtype: str = "float32", idtype: str = "int32") -> list[FormatRewriteRule]:
