@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 #: How many characters of the offending line an error shows on each side of the offending one: a
 #: text of one long line (a generated map of thousands of terms) would otherwise be quoted whole.
 EXCERPT_RADIUS = 36
@@ -98,6 +100,7 @@ class EncodingError(SparseTIRError):
     expected there), or a tensor that an encoding cannot store."""
 
     def __init__(self, message: str, text: str | None = None, position: int | None = None):
+        message = _LONG_QUOTE.sub(_cut_quote, message)
         self.message = message
         self.text = text
         self.position = position
@@ -108,6 +111,15 @@ class EncodingError(SparseTIRError):
             self.line, self.column, excerpt = source_excerpt(text, self.position)
             full = f"{message} (at position {self.position}, line {self.line}, column {self.column}){excerpt}"
         super().__init__(full)
+
+
+#: A quoted token of a message (`name`, no blanks) longer than a reader needs: a 40 KB identifier is cut.
+_LONG_QUOTE = re.compile(r"`([^`\s]{81,})`")
+
+
+def _cut_quote(match: re.Match) -> str:
+    quoted = match.group(1)
+    return f"`{quoted[:40]}...` ({len(quoted)} characters)"
 
 
 class DistributedError(SparseTIRError):

@@ -373,6 +373,8 @@ class _Parser:
                 raise EncodingError(
                     f"the integer {shown} does not fit a 64-bit integer (at most {INT64_MAX})", whole, offset + pos
                 )
+            if kind == "int":
+                word = word.lstrip("0") or "0"  # `int()` refuses past 4300 characters, zeros too
             out.append(_Tok(_TOKEN_KINDS[kind], word, offset + pos))
         out.append(_Tok("eof", "", offset + len(text)))
         return out

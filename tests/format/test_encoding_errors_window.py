@@ -88,3 +88,31 @@ def test_position_outside_the_text_is_clamped():
     err = sp.EncodingError("bad", "abc", 99)
     assert err.position == 3 and (err.line, err.column) == (1, 4)
     assert sp.EncodingError("no text").position is None and str(sp.EncodingError("no text")) == "no text"
+
+
+@pytest.mark.parametrize(
+    "piece",
+    [
+        "(" + "x" * 40000 + " : dense, j : compressed)",  # an unknown variable
+        "(i : " + "x" * 40000 + ", j : compressed)",  # an unknown level type
+    ],
+)
+def test_a_long_name_is_cut_in_the_message(piece):
+    text = "#sparse_tensor.encoding<{ map = (i, j) -> " + piece + " }>"
+    with pytest.raises(sp.EncodingError) as info:
+        sp.parse_encoding(text)
+    assert len(str(info.value)) < 600
+    assert "(40000 characters)" in str(info.value)
+
+
+@pytest.mark.parametrize("zeros", [1, 30, 5000])
+def test_leading_zeros_are_the_same_integer(zeros):
+    """`int()` refuses literals past 4300 characters; leading zeros do not make a number large."""
+    pos = sp.parse_encoding(
+        "#sparse_tensor.encoding<{ map = (i, j) -> (i floordiv " + "0" * zeros + "2 : dense, j : compressed, "
+        "i mod 2 : dense), posWidth = " + "0" * zeros + "32 }>"
+    )
+    assert pos == sp.parse_encoding(
+        "#sparse_tensor.encoding<{ map = (i, j) -> (i floordiv 2 : dense, j : compressed, i mod 2 : dense), "
+        "posWidth = 32 }>"
+    )
