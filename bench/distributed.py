@@ -7,8 +7,11 @@ processes against the single-process `sp.ops` call, on the R-MAT graph by defaul
 
 Per (graph, width) it reports, each a median of timed calls after a checked warm-up:
 - `sp.ops`: the single-process call with `--threads` Numba threads;
+- `sp.ops csr`: the same, every row in CSR (what the workers run by default);
 - `reuse`: `DistributedMatrix.<op>` on a matrix scattered beforehand (GNN training's pattern):
   the dense operands broadcast, one task per row block, the results gathered;
+- `reuse auto`: the same with `format="auto"`: each row block in the format `sp.tune` chose for
+  its own structure on its worker (tuned once, before timing; the choices are reported);
 - `one-shot`: `sp.distributed.<op>(A, ...)`, which also splits and scatters A every call;
 - `scatter`: building the `DistributedMatrix` once (split A, send every piece);
 - `compute`: the longest task of a reuse call as Dask's task stream timed it on its worker, so
@@ -131,11 +134,15 @@ def _measure(op: str, A, graph: str, width: int, client, seed: int, repeat: int,
     try:
         calls = {
             "ops": lambda: local(A, *operands),
+            "ops_csr": lambda: local(A, *operands, format="csr"),
             "reuse": lambda: getattr(dA, op)(*operands),
+            "reuse_auto": lambda: getattr(dA, op)(*operands, format="auto"),
             "one_shot": lambda: getattr(sp.distributed, op)(A, *operands, client, timeout=TIMEOUT),
         }
         for name, call in calls.items():
-            check = check_result(values(call()), ref, RTOL)  # also compiles (here, or on the workers)
+            t0 = time.perf_counter()
+            check = check_result(values(call()), ref, RTOL)  # also compiles (here, or on the workers) and tunes
+            record[f"{name}_first_ms"] = (time.perf_counter() - t0) * 1e3
             record[f"{name}_max_rel_err"] = check.max_rel_err
             if not check.ok:
                 record["status"] = "wrong"
@@ -149,9 +156,16 @@ def _measure(op: str, A, graph: str, width: int, client, seed: int, repeat: int,
         with distributed.get_task_stream(client) as stream:
             time_calls(calls["reuse"], 5, 0.0, min_repeat=3, warmup=0)
         record["compute_ms"] = _longest_task_per_call(stream.data) * 1e3
+        getattr(dA, op)(*operands, format="auto")
+        record["formats"] = dA.formats[(op, width)]
+        sent = dA.bytes_sent
+        getattr(dA, op)(*operands)
+        record["client_bytes_per_call"] = dA.bytes_sent - sent
     finally:
         dA.close()
     record["reuse_overhead"] = record["reuse_ms"] / record["ops_ms"]
+    record["reuse_auto_overhead"] = record["reuse_auto_ms"] / record["ops_ms"]
+    record["speedup_auto_vs_ops"] = record["ops_ms"] / record["reuse_auto_ms"]
     record["one_shot_overhead"] = record["one_shot_ms"] / record["ops_ms"]
     record["bytes_per_call"] = _bytes_per_call(op, A, width, dA.num_row_blocks, len(client.nthreads()))
     return record
@@ -170,7 +184,8 @@ def _longest_task_per_call(tasks: list[dict]) -> float:
 
 def _bytes_per_call(op: str, A, width: int, blocks: int, workers: int) -> int:
     """What crosses the network in a reuse call (float32 operands): the broadcast operand to
-    every worker holding a block, X's rows once, and the result back to the client."""
+    every worker holding a block (once from the client, then worker to worker), X's rows once,
+    and the result back to the client."""
     m, n = A.shape
     holders = min(blocks, workers)
     if op == "spmm":
@@ -183,9 +198,11 @@ def _line(r: dict) -> str:
     if r["status"] != "ok":
         return f"{head} {r['status'].upper()}: {r.get('message', '')}"
     return (
-        f"{head} sp.ops {r['ops_ms']:8.2f} ms | reuse {r['reuse_ms']:8.2f} ms ({r['reuse_overhead']:.2f}x) | "
+        f"{head} sp.ops {r['ops_ms']:8.2f} ms (csr {r['ops_csr_ms']:.2f}) | reuse {r['reuse_ms']:8.2f} ms "
+        f"({r['reuse_overhead']:.2f}x) | reuse auto {r['reuse_auto_ms']:8.2f} ms ({r['reuse_auto_overhead']:.2f}x) | "
         f"one-shot {r['one_shot_ms']:8.2f} ms ({r['one_shot_overhead']:.2f}x) | scatter {r['scatter_ms']:.1f} ms | "
-        f"compute {r['compute_ms']:.2f} ms | {r['bytes_per_call'] / 1e6:.1f} MB/call"
+        f"compute {r['compute_ms']:.2f} ms | {r['bytes_per_call'] / 1e6:.1f} MB/call "
+        f"({r['client_bytes_per_call'] / 1e6:.1f} MB from the client) | formats {r['formats']}"
     )
 
 
@@ -197,22 +214,29 @@ def markdown(report: dict) -> str:
         f"{report['date']}; sp.ops with {report['threads']} threads, each worker "
         f"{report['threads_per_worker']}; load average {report['load_avg_1min']:.2f}.",
         "",
-        "| graph | width | sp.ops ms | reuse ms (x) | one-shot ms (x) | scatter once ms | longest task ms | MB/call |",
-        "|---|---|---|---|---|---|---|---|",
+        "| graph | width | sp.ops ms | sp.ops csr ms | reuse ms (x) | reuse auto ms (x) | one-shot ms (x) | "
+        "scatter once ms | longest task ms | MB/call (from the client) | formats per block |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
         if r["status"] != "ok":
             lines.append(f"| {r['graph']} | {r['width']} | {r['status']}: {r.get('message', '')} |||||| ")
             continue
         lines.append(
-            f"| {r['graph']} | {r['width']} | {r['ops_ms']:.2f} | {r['reuse_ms']:.2f} ({r['reuse_overhead']:.2f}x) | "
+            f"| {r['graph']} | {r['width']} | {r['ops_ms']:.2f} | {r['ops_csr_ms']:.2f} | "
+            f"{r['reuse_ms']:.2f} ({r['reuse_overhead']:.2f}x) | "
+            f"{r['reuse_auto_ms']:.2f} ({r['reuse_auto_overhead']:.2f}x) | "
             f"{r['one_shot_ms']:.2f} ({r['one_shot_overhead']:.2f}x) | {r['scatter_ms']:.1f} | "
-            f"{r['compute_ms']:.2f} | {r['bytes_per_call'] / 1e6:.1f} |"
+            f"{r['compute_ms']:.2f} | {r['bytes_per_call'] / 1e6:.1f} ({r['client_bytes_per_call'] / 1e6:.1f}) | "
+            f"{'; '.join(r['formats'])} |"
         )
     lines += [
         "",
-        "x = distributed median / sp.ops median. reuse: A scattered once beforehand; one-shot: A split and",
-        "scattered by the call. longest task: the slowest block's kernel on its worker (Dask's task stream).",
+        "x = distributed median / sp.ops median (sp.ops: format auto, tuned for the whole matrix). reuse: A",
+        "scattered once beforehand, every block in CSR; reuse auto: each block in its own tuned format; one-shot:",
+        "A split and scattered by the call. longest task: the slowest block's kernel on its worker (Dask's task",
+        "stream). MB/call: the model of `_bytes_per_call` (operands to the workers holding blocks, results back);",
+        "from the client: what the client scattered (each operand once; Dask copies it worker to worker).",
         "",
     ]
     return "\n".join(lines)

@@ -104,9 +104,10 @@ __all__ = [
 DEFAULT_TIMEOUT = 600.0
 #: Seconds without a heartbeat (workers send one every 0.5 s on clusters of up to ten) after
 #: which a worker the scheduler still lists is treated as hung: its pieces are scattered again
-#: elsewhere and its tasks run again elsewhere. A kernel that holds the GIL for longer than this
-#: only costs a task run twice.
-HANG_SECONDS = 10.0
+#: elsewhere and its tasks run again elsewhere. A worker's heartbeats also pause while one of our
+#: kernels holds the GIL: a row block whose kernel runs longer than this (about 10^10
+#: multiply-adds on one core) is taken for a hang; cut A into more row blocks, or raise this.
+HANG_SECONDS = 20.0
 #: Seconds between looks at the cluster while a call waits for its tasks or for a transfer.
 POLL_SECONDS = 1.0
 #: Rounds a call allows after failures (a worker died or hung, a connection closed), within its
@@ -226,7 +227,10 @@ def _choose_task(piece, op: str, width: int, dtype: str, target: str) -> tuple[d
     the choice's label."""
     from . import tune
 
-    result = tune.tune(op, piece, width, target, progress=False, dtype=np.dtype(dtype))
+    try:
+        result = tune.tune(op, piece, width, target, progress=False, dtype=np.dtype(dtype))
+    except Exception as e:  # a search that failed costs this piece its tuning, not the call
+        return {"format": "csr", "schedule": None}, f"csr (tuning failed: {type(e).__name__}: {e})"
     return result.ops_kwargs(), result.table.winner.label
 
 
@@ -365,14 +369,15 @@ def _survey(client, deadline: float, phase: str, futures: Iterable = ()) -> _Vie
 _DATA_KEY = "sparsetir-data-"
 
 
-def _scatter(client, data, workers: Sequence[str], deadline: float, phase: str) -> distributed.Future:
+def _scatter(client, data, workers: Sequence[str], deadline: float, phase: str, key: str | None = None):
     """`data` scattered to `workers` under a key of its own, abandoned when one of them dies or
     hangs; a scatter that failed half way is released, so that no copy stays behind.
 
     The client sends one copy to each worker (under the same key), at once: a broadcast through
     the scheduler would replicate under the scheduler's replication lock, which a replication to
     a worker that died holds until the connection times out (30 s), stalling every later one."""
-    key = f"{_DATA_KEY}{uuid.uuid4().hex}"
+    fresh = key is None  # else more copies of data the cluster holds (a piece whose replicas were dropped)
+    key = key or f"{_DATA_KEY}{uuid.uuid4().hex}"
     left = _check_deadline(deadline, phase)
 
     def make():
@@ -386,8 +391,13 @@ def _scatter(client, data, workers: Sequence[str], deadline: float, phase: str) 
     try:
         return _bounded(client, deadline, phase, make, watch=workers)[0][key]
     except _Retry:
-        distributed.Future(key, client).release()
+        if fresh:
+            distributed.Future(key, client).release()
         raise
+
+
+def _piece_bytes(piece) -> int:
+    return piece.data.nbytes + piece.indices.nbytes + piece.indptr.nbytes
 
 
 def _scattered(future: distributed.Future) -> bool:
@@ -479,7 +489,10 @@ class DistributedMatrix:
     explicit row boundaries `[0, ..., m]`;
     `col_blocks`: a number of equal column blocks or column boundaries `[0, ..., n]` (default 1:
     B is broadcast whole); `replicas`: on how many workers each piece is kept (capped at the
-    number of workers; 2 lets Dask retry a dead worker's tasks with no re-scatter); `timeout`:
+    number of workers; 2 lets Dask retry a dead worker's tasks with no re-scatter; each call tops
+    up copies that were dropped, but Dask's active memory manager, on by default, drops copies no
+    task waits for within seconds: set `distributed.scheduler.active-memory-manager.start: false`
+    on the scheduler to keep them, else a lost piece is sent again from the client); `timeout`:
     seconds building the matrix, and by default each call, may take.
 
     Attributes: `shape`, `dtype`, `index_dtype`, `nnz`, `row_bounds`, `col_bounds`, `nbytes` (bytes
@@ -649,15 +662,23 @@ class DistributedMatrix:
                     load[w] += 1
         copies = min(self.replicas, len(view.targets))
         for p, held in enumerate(self._placement):
+            if held and len(held) < copies:
+                # Dask's active memory manager drops copies no task waits for: top them up.
+                more = tuple(sorted((w for w in view.targets if w not in held), key=lambda w: load[w]))
+                more = more[: copies - len(held)]
+                _enter(phase)
+                _scatter(self.client, self._piece_data(p), more, deadline, phase, key=self._pieces[p].key)
+                for w in more:
+                    load[w] += 1
+                self._placement[p] = held + more
+                self.bytes_sent += len(more) * _piece_bytes(self._piece_data(p))
             if held:
                 continue
             targets = tuple(sorted(view.targets, key=lambda w: load[w])[:copies])  # stable: round robin at first
             for w in targets:
                 load[w] += 1
-            r, c = divmod(p, self.num_col_blocks)
-            (r0, r1), (c0, c1) = self.row_bounds[r : r + 2], self.col_bounds[c : c + 2]
-            piece = _piece(self._csr, int(r0), int(r1), int(c0), int(c1), self.num_col_blocks == 1)
-            size = piece.data.nbytes + piece.indices.nbytes + piece.indptr.nbytes
+            piece = self._piece_data(p)
+            size = _piece_bytes(piece)
             _enter(phase)
             future = _scatter(self.client, piece, targets, deadline, phase)
             if self._pieces[p] is None:
@@ -668,6 +689,12 @@ class DistributedMatrix:
             self._placement[p] = targets
             self._piece_nnz[p] = piece.nnz
             self.bytes_sent += len(targets) * size
+
+    def _piece_data(self, p: int):
+        """Piece `p` cut from the client's copy of A."""
+        r, c = divmod(p, self.num_col_blocks)
+        (r0, r1), (c0, c1) = self.row_bounds[r : r + 2], self.col_bounds[c : c + 2]
+        return _piece(self._csr, int(r0), int(r1), int(c0), int(c1), self.num_col_blocks == 1)
 
     # ---- running a call
     def _run(self, call: _Call, gather: bool, timeout: float, deadline: float | None = None):
@@ -755,16 +782,18 @@ class DistributedMatrix:
                 pass  # classified below
             except Exception as e:
                 raise _Retry(phase, e) from None
-            lost = []
+            lost, finished = [], {}
             for r, f in sorted(call.finals.items()):
                 if r in call.done:
                     continue
                 if f.status == "finished":
-                    call.store(self, r, f, deadline)
+                    finished[r] = f
                 elif f.status == "error":
                     _raise_task_error(phase, f, deadline)
                 elif f.status in ("cancelled", "lost"):
                     lost.append(r)
+            if finished:
+                call.store(self, finished, deadline)
             if lost:
                 raise _Retry(phase, f"the tasks of row blocks {lost} were lost with a worker")
             if len(call.done) < self.num_row_blocks and time.monotonic() >= look:
@@ -890,10 +919,12 @@ class _Call:
                     count[w] += 1
         if not count:
             raise _Retry(phase, "the cluster has no live workers")
-        worker = max(count, key=lambda w: count[w])  # the first of the most reading (sorted addresses)
+        workers = [max(count, key=lambda w: count[w])]  # the first of the most reading (sorted addresses)
+        if dm.replicas > 1:  # a copy on every reader: Dask can rerun a dead worker's task on another
+            workers = [w for w in count if count[w]] or workers
         _enter(phase)
-        future = _put(dm.client, value, [worker], deadline, phase)
-        dm.bytes_sent += _sent_bytes(value)
+        future = _put(dm.client, value, workers, deadline, phase)
+        dm.bytes_sent += len(workers) * _sent_bytes(value)
         return future
 
     def submit(self, dm: DistributedMatrix, r: int, workers: list[str] | None) -> distributed.Future:
@@ -931,20 +962,22 @@ class _Call:
             return client.submit(_sum_partials, *parts, key=key, pure=False, **where)
         return client.submit(_join_pieces, values_only, *parts, key=key, pure=False, **where)
 
-    def store(self, dm: DistributedMatrix, r: int, future: distributed.Future, deadline: float) -> None:
-        """Fetch row block `r` into the result (nothing to fetch with `gather=False`) and mark it
-        done; a `_Retry` when its holder died or hung meanwhile."""
+    def store(self, dm: DistributedMatrix, finished: dict[int, distributed.Future], deadline: float) -> None:
+        """Fetch the row blocks `finished` into the result, in one exchange (nothing to fetch with
+        `gather=False`), and mark them done; a `_Retry` when a holder died or hung meanwhile."""
         if self.gather:
             phase = "gathering the results"
             _enter(phase)
-            value = _bounded(dm.client, deadline, phase, lambda: dm.client.gather(future, asynchronous=True),
-                             watch=dm._alive)  # fmt: skip
-            r0, r1 = dm.row_bounds[r : r + 2]
-            if self.op == "spmm":
-                self.out[r0:r1] = value
-            else:
-                self.out[dm._csr.indptr[r0] : dm._csr.indptr[r1]] = value
-        self.done.add(r)
+            futures = list(finished.values())
+            values = _bounded(dm.client, deadline, phase, lambda: dm.client.gather(futures, asynchronous=True),
+                              watch=dm._alive)  # fmt: skip
+            for r, value in zip(finished, values):
+                r0, r1 = dm.row_bounds[r : r + 2]
+                if self.op == "spmm":
+                    self.out[r0:r1] = value
+                else:
+                    self.out[dm._csr.indptr[r0] : dm._csr.indptr[r1]] = value
+        self.done.update(finished)
 
     def finish(self, dm: DistributedMatrix):
         """The gathered result, or a dask.array over the row blocks' futures (chunks stay on the

@@ -78,14 +78,19 @@ def cluster():
         B = np.ones((A.shape[1], 2), dtype)
         ops.spmm(A.astype(dtype), B)
         ops.sddmm(A.astype(dtype), np.ones((A.shape[0], 2), dtype), B)
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"},
-    )
+    import dask
+
+    # `replicas=2` keeps two copies of each piece only where Dask's active memory manager does not
+    # drop the copies no task waits for (its ReduceReplicas policy, on by default).
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"},
+        )
     client = distributed.Client(cluster, timeout=TIMEOUT)
     client.wait_for_workers(2, timeout=TIMEOUT)
     traffic = Traffic(cluster.scheduler)
