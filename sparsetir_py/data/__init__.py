@@ -365,21 +365,55 @@ class _NpzArrays:
 
 
 # -------------------------------------------------------------------- Matrix Market
-# The characters the numbers of a Matrix Market body may use, per field (indices are digits).
-# scipy's reader parses the longest number at the start of a token and ignores the rest, so
-# `2,5` would read as 2, `0x10` as 0 and an integer `1.5` as 1: the body is checked first.
-_DIGITS = b"0123456789"
-_BODY_CHARACTERS = {
-    "pattern": _DIGITS,
-    "integer": _DIGITS + b"+-",
-    "real": _DIGITS + b"+-.eE" + b"nanNANinfINFityITY",
-    "double": _DIGITS + b"+-.eE" + b"nanNANinfINFityITY",
+# The body of a Matrix Market file, byte by byte: each byte has a class, and each pair of
+# neighbouring classes is allowed or not. scipy's reader takes the longest number at the start
+# of a token and drops the rest (`2,5` is 2, `0x10` is 0, an integer `1.5` is 1, `1-2` is 1,
+# `1e` is 1) and runs past the end of a file that ends in `7.25E`, so the body is checked first.
+_SPACE, _DIGIT, _DOT, _EXPONENT, _SIGN, _LETTER, _OTHER = range(7)
+_CLASSES = {
+    _SPACE: b" \t\r\n\v\f",
+    _DIGIT: b"0123456789",
+    _DOT: b".",
+    _EXPONENT: b"eE",
+    _SIGN: b"+-",
+    _LETTER: b"nNaAiIfFtTyY",  # of nan, inf, infinity
 }
-_WHITESPACE = np.zeros(256, bool)
-_WHITESPACE[list(b" \t\r\n\v\f")] = True
-# No number ends in an exponent or a sign (scipy's reader would take `1e` for 1).
-_UNFINISHED = np.zeros(256, bool)
-_UNFINISHED[list(b"eE+-")] = True
+# The classes each field allows (indices are digits); any other byte is _OTHER.
+_FIELD_CLASSES = {
+    "pattern": (_SPACE, _DIGIT),
+    "integer": (_SPACE, _DIGIT, _SIGN),
+    "real": (_SPACE, _DIGIT, _DOT, _EXPONENT, _SIGN, _LETTER),
+    "double": (_SPACE, _DIGIT, _DOT, _EXPONENT, _SIGN, _LETTER),
+}
+
+
+def _class_table(field: str) -> np.ndarray:
+    """byte -> its class, for the bytes `field` allows; _OTHER for the rest."""
+    table = np.full(256, _OTHER, np.uint8)
+    for c in _FIELD_CLASSES[field]:
+        table[list(_CLASSES[c])] = c
+    return table
+
+
+def _pair_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(broken, starts), indexed by 8 * previous class + class: whether the pair breaks the grammar
+    of a number, and whether it starts a token."""
+    broken = np.zeros(64, bool)
+    starts = np.zeros(64, bool)
+    for before in range(7):
+        for now in range(7):
+            broken[8 * before + now] = (
+                (now == _SIGN and before not in (_SPACE, _EXPONENT))  # a sign opens a number or its exponent
+                or (now == _EXPONENT and before not in (_DIGIT, _DOT))  # an exponent follows the digits
+                or (now == _LETTER and before in (_DIGIT, _DOT, _EXPONENT))  # nan and inf stand alone
+                or (before == _LETTER and now in (_DIGIT, _DOT, _EXPONENT))
+                or (now == _SPACE and before in (_EXPONENT, _SIGN))  # an exponent has digits
+            )
+            starts[8 * before + now] = before == _SPACE and now != _SPACE
+    return broken, starts
+
+
+_BROKEN_PAIR, _STARTS_TOKEN = _pair_tables()
 _CHUNK = 1 << 22
 
 
@@ -457,7 +491,7 @@ def _check_matrix_market_header(
     MAX_DENSE_ENTRIES, and no more numbers than the file's `size` bytes or the memory hold."""
     if field == "complex" or symmetry == "hermitian":
         raise InputError(f"in `load_matrix`: {label} holds complex values; only real values are supported")
-    if field not in _BODY_CHARACTERS:
+    if field not in _FIELD_CLASSES:
         raise InputError(f"in `load_matrix`: {label} has the field {field!r}; expected real, integer or pattern")
     if symmetry != "general" and rows != cols:
         raise InputError(f"in `load_matrix`: {label} is {symmetry} but not square ({rows} x {cols})")
@@ -487,53 +521,86 @@ def _check_matrix_market_header(
 
 def _check_matrix_market_body(label: str, text: bytes | bytearray, numbers: int, per_line: int, field: str) -> None:
     """The body (after the size line) holds `numbers` numbers, `per_line` on each line that is
-    not blank (scipy's reader ignores the rest of a line), each of the characters `field`
-    allows. With numpy, in chunks of whole lines."""
-    allowed = np.zeros(256, bool)
-    allowed[list(_BODY_CHARACTERS[field])] = True
-    allowed |= _WHITESPACE
+    not blank (scipy's reader ignores the rest of a line), each made of the characters `field`
+    allows, in the grammar of a number. With numpy, in chunks of whole lines."""
+    classes = _class_table(field)
     view = np.frombuffer(text, np.uint8)
     tokens = 0
     at = _body_start(text)
     while at < len(view) and tokens <= numbers:
         end = text.find(b"\n", min(at + _CHUNK, len(view)))
         end = len(view) if end < 0 else end + 1
-        chunk = view[at:end]
-        bad = ~allowed[chunk]
-        if bad.any():
-            where = at + int(np.argmax(bad))
-            raise InputError(
-                f"in `load_matrix`: {label} line {_line(text, where)}: unexpected character "
-                f"{bytes(text[where : where + 1])!r} (field {field})"
-            )
-        space = _WHITESPACE[chunk]
-        ends = ~space
-        ends[:-1] &= space[1:]  # the chunk ends a line
-        unfinished = ends & _UNFINISHED[chunk]
-        if unfinished.any():
-            where = at + int(np.argmax(unfinished))
-            raise InputError(
-                f"in `load_matrix`: {label} line {_line(text, where)}: a number ends in "
-                f"{bytes(text[where : where + 1])!r}"
-            )
-        starts = ~space
-        starts[1:] &= space[:-1]  # the chunk begins a line
-        newline = chunk == ord("\n")
-        line_of = np.cumsum(newline) - newline
-        counts = np.bincount(line_of[starts], minlength=int(line_of[-1]) + 1)
-        wrong = (counts != 0) & (counts != per_line)
-        if wrong.any():
-            first = int(np.argmax(wrong))
-            where = at + (int(np.flatnonzero(newline)[first - 1]) + 1 if first else 0)
-            raise InputError(
-                f"in `load_matrix`: {label} line {_line(text, where)}: {counts[first]} numbers, "
-                f"expected {per_line} on each line"
-            )
-        tokens += int(counts.sum())
+        tokens += _check_lines(label, text, at, classes[view[at:end]], per_line, field)
         at = end
     if tokens != numbers:
         more = "more" if tokens > numbers else f"only {tokens}"
         raise InputError(f"in `load_matrix`: {label} declares {numbers} numbers after its header, but holds {more}")
+
+
+def _check_lines(label: str, text: bytes | bytearray, at: int, cls: np.ndarray, per_line: int, field: str) -> int:
+    """The number of tokens in the whole lines of `text` from `at` whose byte classes are `cls`,
+    after checking them; the error names the line."""
+    other = cls == _OTHER
+    if other.any():
+        where = at + int(np.argmax(other))
+        raise InputError(
+            f"in `load_matrix`: {label} line {_line(text, where)}: unexpected character "
+            f"{bytes(text[where : where + 1])!r} (field {field})"
+        )
+    pairs = np.empty(len(cls), np.uint8)
+    pairs[0] = 8 * _SPACE + cls[0]  # a chunk begins a line
+    pairs[1:] = cls[:-1] * np.uint8(8) + cls[1:]
+    broken = _BROKEN_PAIR[pairs]
+    first = np.flatnonzero(_STARTS_TOKEN[pairs])
+    if not broken.any():
+        broken = _twice_in_a_number(cls, first)
+    if broken is not None and broken.any():
+        where = at + int(np.argmax(broken))
+        raise InputError(
+            f"in `load_matrix`: {label} line {_line(text, where)}: malformed number {_token(text, where)!r}"
+        )
+    newlines = np.flatnonzero(np.frombuffer(text, np.uint8, len(cls), at) == ord("\n"))
+    counts = np.bincount(np.searchsorted(newlines, first), minlength=len(newlines) + 1)
+    wrong = (counts != 0) & (counts != per_line)
+    if wrong.any():
+        line = int(np.argmax(wrong))
+        where = at + (int(newlines[line - 1]) + 1 if line else 0)
+        raise InputError(
+            f"in `load_matrix`: {label} line {_line(text, where)}: {counts[line]} numbers, "
+            f"expected {per_line} on each line"
+        )
+    return len(first)
+
+
+def _twice_in_a_number(cls: np.ndarray, first: np.ndarray) -> np.ndarray | None:
+    """A mask of the dots and exponents that break a number (a second dot, a second exponent, a
+    dot after the exponent), or None; `first` are the tokens' first bytes. Works on the positions
+    of dots and exponents only: the token of each is found by binary search."""
+    dots = np.flatnonzero(cls == _DOT)
+    exponents = np.flatnonzero(cls == _EXPONENT)
+    dot_token = np.searchsorted(first, dots, side="right")
+    exponent_token = np.searchsorted(first, exponents, side="right")
+    bad = list(dots[1:][dot_token[1:] == dot_token[:-1]])
+    bad += list(exponents[1:][exponent_token[1:] == exponent_token[:-1]])
+    last_exponent = np.searchsorted(exponents, dots) - 1  # the exponent before each dot, if any
+    has_one = last_exponent >= 0
+    bad += list(dots[has_one][exponent_token[last_exponent[has_one]] == dot_token[has_one]])
+    if not bad:
+        return None
+    mask = np.zeros(len(cls), bool)
+    mask[min(bad)] = True
+    return mask
+
+
+def _token(text: bytes | bytearray, where: int) -> str:
+    """The whitespace-separated token of `text` around position `where`, for a message."""
+    start = where
+    while start > 0 and text[start - 1] not in _CLASSES[_SPACE]:
+        start -= 1
+    end = where
+    while end < len(text) and text[end] not in _CLASSES[_SPACE] and end - start < 40:
+        end += 1
+    return bytes(text[start:end]).decode("ascii", errors="replace")
 
 
 def _line(text: bytes | bytearray, where: int) -> int:
