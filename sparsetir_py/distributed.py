@@ -380,16 +380,19 @@ def _scatter(client, data, workers: Sequence[str], deadline: float, phase: str, 
     key = key or f"{_DATA_KEY}{uuid.uuid4().hex}"
     left = _check_deadline(deadline, phase)
 
-    def make():
-        return asyncio.gather(
-            *(
-                client.scatter({key: data}, workers=[w], hash=False, timeout=min(left, 5.0), asynchronous=True)
-                for w in workers
-            )
-        )
+    async def send():
+        sends = [
+            client.scatter({key: data}, workers=[w], hash=False, timeout=min(left, 5.0), asynchronous=True)
+            for w in workers
+        ]
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results[0][key]
 
     try:
-        return _bounded(client, deadline, phase, make, watch=workers)[0][key]
+        return _bounded(client, deadline, phase, send, watch=workers)
     except _Retry:
         if fresh:
             distributed.Future(key, client).release()
