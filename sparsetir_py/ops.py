@@ -36,6 +36,13 @@ import scipy.sparse
 from . import script as T
 from .driver import compile as compile_pipeline
 from .errors import InputError
+from .inputs import INDEX_DTYPES as _INDEX_DTYPES
+from .inputs import VALUE_DTYPES as _VALUE_DTYPES
+from .inputs import canonical as _canonical
+from .inputs import check_kind as _check_kind
+from .inputs import check_matrix as _checked
+from .inputs import check_values as _check_values
+from .inputs import native as _native
 from .ir.func import PrimFunc
 from .runtime.kernel import Kernel
 
@@ -112,12 +119,8 @@ SCRIPTS = {"spmm": spmm_script, "sddmm": sddmm_script}
 
 
 # -------------------------------------------------------------------- inputs
-_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-_VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # str(dtype) runs Python code in numpy (~2.5 us, twice a call); the kernel key needs the names.
 _DTYPE_NAMES = {d: d.name for d in _INDEX_DTYPES + _VALUE_DTYPES}
-# The operators' scripts take the sizes m, n and the feature width as int32 scalars.
-_MAX_EXTENT = int(np.iinfo(np.int32).max)
 
 
 def _value_dtype(*dtypes: np.dtype) -> np.dtype:
@@ -142,201 +145,6 @@ def _as_csr(A, name: str = "A") -> scipy.sparse.csr_matrix:
         _check_values(A.data, len(A.indices), name)
         return A
     return _canonical(_native(_checked(A, name)))
-
-
-def _checked(A, name: str):
-    """`A` (or, for LIL/DOK/DIA, its COO form) after checking its raw arrays; `InputError`."""
-    _check_shape(A, name)
-    if A.format == "lil":
-        _check_lil(A, name)
-    if A.format not in ("csr", "csc", "bsr", "coo"):
-        # LIL/DOK/DIA are Python-level structures that scipy converts with numpy (LIL's row lengths
-        # were checked above); a failure here is a broken matrix, and the COO result is checked.
-        try:
-            A = A.tocoo()
-        except (TypeError, ValueError, IndexError, OverflowError, AttributeError) as e:
-            raise InputError(f"`{name}` ({A.format}) cannot be read as a sparse matrix: {e}") from None
-    if A.format == "coo":
-        _check_coo(A, name)
-    else:
-        _check_compressed(A, name)
-    return A
-
-
-def _check_shape(A, name: str) -> None:
-    shape = A.shape
-    if not isinstance(shape, tuple) or len(shape) != 2:
-        raise InputError(f"`{name}` must be 2-D, got shape {shape!r}")
-    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool | np.bool_) and n >= 0 for n in shape):
-        raise InputError(f"`{name}` has an invalid shape {shape!r}: expected two non-negative integers")
-    if max(shape) > _MAX_EXTENT:
-        # Tiny arrays may declare a huge shape; the kernels' sizes are int32, so refuse it here
-        # instead of letting an extent wrap around.
-        raise InputError(f"`{name}` has shape {shape}: sp.ops supports at most {_MAX_EXTENT} rows and columns")
-
-
-def _check_lil(A, name: str) -> None:
-    """Each LIL row stores as many values as column indices (scipy's conversion does not check)."""
-    try:
-        rows, data = A.rows, A.data
-        if not (isinstance(rows, np.ndarray) and isinstance(data, np.ndarray)) or rows.shape != data.shape:
-            raise InputError(f"`{name}.rows` and `{name}.data` must be object arrays of one shape")
-        same = np.fromiter(map(len, rows), np.int64, len(rows)) == np.fromiter(map(len, data), np.int64, len(data))
-    except TypeError as e:
-        raise InputError(f"`{name}` (lil) holds a row that is not a list: {e}") from None
-    if len(rows) != A.shape[0]:
-        raise InputError(f"`{name}.rows` has {len(rows)} rows, but the shape is {A.shape}")
-    if not same.all():
-        row = int(np.argmin(same))
-        raise InputError(f"`{name}` (lil) row {row} has {len(rows[row])} column indices but {len(data[row])} values")
-
-
-def _check_coo(A, name: str) -> None:
-    coords = A.coords if hasattr(A, "coords") else (A.row, A.col)
-    if len(coords) != 2:
-        raise InputError(f"`{name}` (coo) must have 2 coordinate arrays, got {len(coords)}")
-    _check_values(A.data, len(coords[0]), name)
-    for axis, (c, n) in enumerate(zip(coords, A.shape)):
-        _check_indices(c, n, f"`{name}`'s {('row', 'column')[axis]} indices", len(A.data))
-
-
-def _check_compressed(A, name: str) -> None:
-    """indptr / indices / data of a CSR, CSC or BSR matrix."""
-    major, minor = A.shape if A.format != "csc" else A.shape[::-1]
-    indptr, indices, data = A.indptr, A.indices, A.data
-    if A.format == "bsr":
-        # scipy reads the block size off data.shape[1:]
-        if not isinstance(data, np.ndarray) or data.ndim != 3:
-            raise InputError(f"`{name}.data` (bsr) must be a 3-D array of blocks, got {_describe(data)}")
-        r, c = data.shape[1:]
-        if r <= 0 or c <= 0 or major % r or minor % c:
-            raise InputError(f"`{name}`: block size {(r, c)} does not divide the shape {A.shape}")
-        major, minor = major // r, minor // c
-    for label, arr in (("indptr", indptr), ("indices", indices)):
-        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise InputError(f"`{name}.{label}` must be a 1-D integer array, got {_describe(arr)}")
-    if len(indptr) != major + 1:
-        raise InputError(f"`{name}.indptr` must have {major + 1} entries for shape {A.shape}, got {len(indptr)}")
-    if indptr[0] != 0:
-        raise InputError(f"`{name}.indptr` must start at 0, got {indptr[0]}")
-    decreasing = indptr[1:] < indptr[:-1]
-    if decreasing.any():
-        row = int(np.argmax(decreasing))
-        raise InputError(
-            f"`{name}.indptr` must be non-decreasing, but falls from {indptr[row]} to {indptr[row + 1]} at row {row}"
-        )
-    nnz = int(indptr[-1])
-    if nnz > len(indices):
-        raise InputError(f"`{name}.indptr` ends at {nnz}, but `{name}.indices` has only {len(indices)} entries")
-    if A.format == "bsr":
-        if data.shape[0] != len(indices):
-            raise InputError(f"`{name}.data` has {data.shape[0]} blocks, but `{name}.indices` has {len(indices)}")
-        _check_values(data[:nnz].reshape(-1), nnz * r * c, name)
-    else:
-        _check_values(data, len(indices), name)
-    _check_indices(indices[:nnz], minor, f"`{name}.indices`", nnz)
-
-
-def _check_values(data, length: int, name: str) -> None:
-    """O(1): a 1-D array of real numbers (bool, integer or float; NaN is a value) of `length`."""
-    if not isinstance(data, np.ndarray) or data.ndim != 1:
-        raise InputError(f"`{name}.data` must be a 1-D array, got {_describe(data)}")
-    if len(data) != length:
-        raise InputError(f"`{name}.data` has {len(data)} entries, but the structure stores {length}")
-    _check_kind(data.dtype, f"`{name}.data`")
-
-
-def _check_kind(dtype: np.dtype, what: str) -> None:
-    if dtype.kind == "c":
-        raise InputError(f"{what}: complex values ({dtype}) are not supported")
-    if dtype.kind not in "biuf":
-        raise InputError(f"{what} must hold real numbers, got dtype {dtype}")
-
-
-def _check_indices(ix, extent: int, what: str, length: int) -> None:
-    if not isinstance(ix, np.ndarray) or ix.ndim != 1 or ix.dtype.kind not in "iu":
-        raise InputError(f"{what} must be a 1-D integer array, got {_describe(ix)}")
-    if len(ix) != length:
-        raise InputError(f"{what} has {len(ix)} entries, expected {length}")
-    if len(ix):
-        lo, hi = ix.min(), ix.max()
-        if lo < 0 or hi >= extent:
-            raise InputError(f"{what} must lie in [0, {extent}), got values in [{lo}, {hi}]")
-
-
-def _describe(arr) -> str:
-    if isinstance(arr, np.ndarray):
-        return f"an array of dtype {arr.dtype} and shape {arr.shape}"
-    return type(arr).__name__
-
-
-def _native(A):
-    """`A` (checked, CSR/CSC/BSR/COO) with storage that scipy's compiled routines and the kernels
-    take: native int32/int64 index arrays of one dtype, float32/float64 values, C-contiguous, no
-    storage past indptr[-1]. `A` itself when it has it already; otherwise a new matrix (O(nnz)).
-
-    Values are cast before duplicates are summed, so that they add as in `A @ B` (bool entries
-    too), and scipy's routines, which reject float16 or unsigned indices, never see those."""
-    data = A.data
-    if data.dtype in _VALUE_DTYPES:
-        value_dtype = data.dtype
-    elif data.dtype.kind == "f" and data.dtype.newbyteorder("=") in _VALUE_DTYPES:  # non-native byte order
-        value_dtype = data.dtype.newbyteorder("=")
-    else:
-        value_dtype = np.dtype(np.float64)
-    if A.format == "coo":
-        index_arrays = tuple(A.coords if hasattr(A, "coords") else (A.row, A.col))
-        nnz = len(data)
-    else:
-        index_arrays = (A.indices, A.indptr)
-        nnz = int(A.indptr[-1])
-    if (
-        data.dtype == value_dtype
-        and data.flags.c_contiguous
-        and len(data) == nnz
-        and len(index_arrays[0]) == nnz
-        and all(ix.dtype == index_arrays[0].dtype and ix.dtype in _INDEX_DTYPES for ix in index_arrays)
-        and all(ix.flags.c_contiguous for ix in index_arrays)
-    ):
-        return A
-    # Values were range-checked against a shape of int32 extents, so only a 64-bit input or an nnz
-    # past int32 needs int64.
-    wide = nnz > _MAX_EXTENT or any(ix.dtype.itemsize > 4 for ix in index_arrays)
-    idx = np.dtype(np.int64) if wide else np.dtype(np.int32)
-    values = np.ascontiguousarray(data[:nnz], dtype=value_dtype)
-    # The arrays may still be the caller's (a view, or one already right): whoever modifies the
-    # result copies first (`_canonical`). type(A) keeps a sparse array an array.
-    if A.format == "coo":
-        row, col = (np.ascontiguousarray(ix, dtype=idx) for ix in index_arrays)
-        return type(A)((values, (row, col)), shape=A.shape)
-    indices = np.ascontiguousarray(A.indices[:nnz], dtype=idx)
-    indptr = np.ascontiguousarray(A.indptr, dtype=idx)
-    if A.format == "bsr":
-        return type(A)((values, indices, indptr), shape=A.shape, blocksize=data.shape[1:])
-    return type(A)((values, indices, indptr), shape=A.shape)
-
-
-def _canonical(A) -> scipy.sparse.csr_matrix:
-    """CSR with entries sorted and unique within each row, from a checked, native `A`.
-
-    Sortedness is computed from the arrays, not read from scipy's cached flags, which go stale
-    when a caller changes `indices` in place or sets the flags."""
-    csr = A.tocsr()
-    indptr, indices = csr.indptr, csr.indices
-    increasing = indices[1:] > indices[:-1]
-    starts = indptr[1:-1]
-    increasing[starts[(starts > 0) & (starts < len(indices))] - 1] = True  # a new row may start lower
-    if not increasing.all():
-        # A copy: csr's arrays may be the caller's (csr is A, or shares A's arrays), and
-        # sum_duplicates works in place.
-        csr = csr.copy()
-        csr.has_sorted_indices = False  # also clears has_canonical_format, so that both run
-        csr.sum_duplicates()
-    if csr.indptr.dtype != csr.indices.dtype:  # scipy's conversions pick each array's dtype
-        csr = scipy.sparse.csr_matrix(
-            (csr.data, csr.indices.astype(np.int64), csr.indptr.astype(np.int64)), shape=csr.shape
-        )
-    return csr
 
 
 def _operand(X, name: str) -> np.ndarray:
@@ -778,15 +586,23 @@ def _format_module(format):
 
 
 def _rules(module, csr, params: dict, dtype: str, idtype: str) -> list:
-    """`module.rules(**params)`, given A, dtype and idtype where the rule file takes them."""
-    import inspect
+    """`module.rules(**params)`, given A, dtype and idtype where the rule file takes them, with the
+    file's `convert` as the rules' converter (`format.rules_of`: a `FormatError` for anything the
+    file gets wrong); a parameter the file does not take is the caller's mistake: `InputError`."""
+    from .format import parameter_names, rules_of
 
-    accepted = inspect.signature(module.rules).parameters
-    extra = {k: v for k, v in (("A", csr), ("dtype", dtype), ("idtype", idtype)) if k in accepted}
     try:
-        return list(module.rules(**params, **extra))
-    except TypeError as e:
-        raise InputError(f"format `{module.__name__}`: {e}") from None
+        accepted = parameter_names(module.rules)
+    except (TypeError, ValueError):
+        accepted = None
+    unknown = [k for k in params if accepted is not None and (k not in accepted or k in ("A", "dtype", "idtype"))]
+    if unknown:
+        takes = ", ".join(f"`{k}`" for k in accepted or [] if k not in ("A", "dtype", "idtype")) or "none"
+        raise InputError(
+            f"format `{getattr(module, '__name__', '?')}` has no parameter {', '.join(f'`{k}`' for k in unknown)} "
+            f"(it takes {takes})"
+        )
+    return rules_of(module, csr, params, dtype, idtype)
 
 
 def _converted(module, csr, params: dict, dtype: str, idtype: str):
@@ -797,19 +613,28 @@ def _converted(module, csr, params: dict, dtype: str, idtype: str):
     entry = _CONVERTED.get(key)
     if entry is not None and entry[0]() is csr.indptr and entry[1]() is csr.indices:
         return entry[2]
-    from .format import convert
+    from .format import check_converted, convert
 
     rules = _rules(module, csr, params, dtype, idtype)
     numbered = scipy.sparse.csr_matrix((np.arange(1, csr.nnz + 1, dtype=np.float64), csr.indices, csr.indptr),
                                        shape=csr.shape)  # fmt: skip
     arrays = convert(numbered, _rules(module, csr, params, "float64", idtype))
+    # The kernel is built from `rules` (the operands' dtypes), the arrays by the float64 ones (exact
+    # ids): they must agree, so the arrays are checked against the kernel's rules as well.
+    check_converted(numbered, rules, arrays)
     structure, gathers = {}, {}
-    for name, value in arrays.items():
-        is_values = any(name == f"{b.data.name}_{r.name}" for r in rules for b in r.new_format_desc.buffers if b.data)
-        if is_values:
-            gathers[name] = np.asarray(value, dtype=np.float64).reshape(np.shape(value)).astype(np.int64)
-        else:
-            structure[name] = value
+    for rule in rules:
+        values = {f"{b.data.name}_{rule.name}" for b in rule.new_format_desc.buffers if b.data is not None}
+        for p in rule.new_format_desc.params:
+            name = f"{p.name}_{rule.name}"
+            if name in values:
+                gathers[name] = np.rint(np.asarray(arrays[name], dtype=np.float64)).astype(np.int64)
+            else:
+                structure[name] = arrays[name]
+    rules = _stored_parts(rules, gathers)
+    kept = {f"{p.name}_{r.name}" for r in rules for p in r.new_format_desc.params}
+    structure = {k: v for k, v in structure.items() if k in kept}
+    gathers = {k: v for k, v in gathers.items() if k in kept}
     result = (rules, structure, gathers)
 
     def forget(_ref, key=key):
@@ -819,6 +644,26 @@ def _converted(module, csr, params: dict, dtype: str, idtype: str):
 
     _CONVERTED[key] = (weakref.ref(csr.indptr, forget), weakref.ref(csr.indices, forget), result)
     return result
+
+
+#: A format of more parts than this compiles only the parts that store a nonzero of A.
+_PRUNE_PARTS_OVER = 8
+
+
+def _stored_parts(rules, gathers: dict) -> list:
+    """With more than `_PRUNE_PARTS_OVER` parts, the rules whose parts store a nonzero of A (the
+    first one when none does). An empty part computes nothing, and each part costs compile time
+    (on the CPU about a second apiece for SpMM where parts share rows, more for SDDMM), so `hyb`
+    with many column parts on a small matrix compiles what it uses. Few parts are all kept: one
+    kernel then serves every matrix, instead of one per set of non-empty parts."""
+    if len(rules) <= _PRUNE_PARTS_OVER:
+        return rules
+
+    def stores(r) -> bool:
+        names = [f"{b.data.name}_{r.name}" for b in r.new_format_desc.buffers if b.data is not None]
+        return any(np.any(gathers[k]) for k in names if k in gathers)
+
+    return [r for r in rules if stores(r)] or rules[:1]
 
 
 def _shares_rows(rules, structure: dict) -> bool:
@@ -897,6 +742,10 @@ def _spmm_parts(
     feat = B.shape[1]
     dname, idtype = _DTYPE_NAMES[dtype], _DTYPE_NAMES[csr.indices.dtype]
     rules, structure, gathers = _converted(module, csr, params, dname, idtype)
+    if not _all_finite(B) and _pads(gathers):
+        # A padded slot holds 0 and reads a real row of B: 0 * inf is NaN where A stores nothing.
+        # With a finite B the padding adds exact zeros, so only this case needs CSR's exact loop.
+        return spmm(csr, B.reshape(-1) if vector else B, "csr", target, out=out, threads=threads)
     kernel = _parts_kernel("spmm", module, params, rules, structure, dname, idtype, target, feat, schedule)
     values = _part_values(csr, dtype, gathers)
     result = _output(out, (m,) if vector else (m, feat), dtype, (B, A.data if hasattr(A, "data") else None))
@@ -906,6 +755,21 @@ def _spmm_parts(
     thread_args = _thread_args(target, csr.nnz * feat, threads)
     _run_parts(kernel, {k: v for k, v in args.items() if k in wanted}, structure, thread_args)
     return result
+
+
+_FINITE_CHUNK = 1 << 20
+
+
+def _all_finite(X: np.ndarray) -> bool:
+    """Whether every entry of `X` is finite, in chunks (no temporary of X's size); stops at the
+    first chunk that holds an inf or a NaN."""
+    flat = X.reshape(-1)
+    return all(np.isfinite(flat[i : i + _FINITE_CHUNK]).all() for i in range(0, len(flat), _FINITE_CHUNK))
+
+
+def _pads(gathers: dict) -> bool:
+    """Whether a decomposition holds padding: a slot that gathers no value of A (index 0)."""
+    return any(not where.all() for where in gathers.values())
 
 
 def _with_output(rule):
