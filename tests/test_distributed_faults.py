@@ -65,7 +65,8 @@ def cluster():
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # its HTTP server on loopback, on a free port
+        scheduler_kwargs={"dashboard": False},
         env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"},
     )
     client = distributed.Client(cluster, timeout=60)
@@ -378,6 +379,8 @@ def own_scheduler(tmp_path):
                     "--port",
                     str(port),
                     "--no-dashboard",
+                    "--dashboard-address",  # its HTTP server on loopback, on a free port
+                    "127.0.0.1:0",
                 ],
                 env=env,
                 stdout=subprocess.DEVNULL,
