@@ -65,7 +65,11 @@ def test_out_and_threads_with_a_nonfinite_operand(fmt):
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @fuzz(12)
-@given(A=csr_matrices(max_rows=12, max_cols=12, index_dtypes=("int32",)), feat=st.sampled_from([1, 3]), data=st.data())
+@given(
+    A=csr_matrices(max_rows=12, max_cols=12, value_dtypes=("float64",), index_dtypes=("int32",)),
+    feat=st.sampled_from([1, 3]),
+    data=st.data(),
+)
 def test_nonfinite_operands_on_drawn_matrices(fmt, A, feat, data):
     B = np.random.default_rng(feat).standard_normal((A.shape[1], feat)).astype(A.dtype)
     if B.size:
