@@ -95,9 +95,20 @@ class InterpretError(SparseTIRError):
     """The reference interpreter met a script that reads or writes outside its buffers."""
 
 
-class EncodingError(SparseTIRError):
-    """Malformed MLIR `#sparse_tensor.encoding` text (reported with its position and what was
-    expected there), or a tensor that an encoding cannot store."""
+#: A quoted token of a message (`name`, no blanks) longer than a reader needs: a 40 KB identifier is cut.
+_LONG_QUOTE = re.compile(r"`([^`\s]{81,})`")
+
+
+def _cut_quote(match: re.Match) -> str:
+    quoted = match.group(1)
+    return f"`{quoted[:40]}...` ({len(quoted)} characters)"
+
+
+class PositionedError(SparseTIRError):
+    """An error at a position of a piece of text. It has the `text`, the `position` in it (from
+    0) and its `line` and `column` (from 1), and its message ends with a window of the offending
+    line and a caret; errors with no text have None there. A long quoted token of the message is
+    cut."""
 
     def __init__(self, message: str, text: str | None = None, position: int | None = None):
         message = _LONG_QUOTE.sub(_cut_quote, message)
@@ -109,17 +120,19 @@ class EncodingError(SparseTIRError):
         if text is not None and position is not None:
             self.position = max(0, min(position, len(text)))
             self.line, self.column, excerpt = source_excerpt(text, self.position)
-            full = f"{message} (at position {self.position}, line {self.line}, column {self.column}){excerpt}"
+            full = f"{message} ({self._where()}){excerpt}"
         super().__init__(full)
 
+    def _where(self) -> str:
+        return f"line {self.line}, column {self.column}"
 
-#: A quoted token of a message (`name`, no blanks) longer than a reader needs: a 40 KB identifier is cut.
-_LONG_QUOTE = re.compile(r"`([^`\s]{81,})`")
 
+class EncodingError(PositionedError):
+    """Malformed MLIR `#sparse_tensor.encoding` text (reported with its position and what was
+    expected there), or a tensor that an encoding cannot store."""
 
-def _cut_quote(match: re.Match) -> str:
-    quoted = match.group(1)
-    return f"`{quoted[:40]}...` ({len(quoted)} characters)"
+    def _where(self) -> str:
+        return f"at position {self.position}, line {self.line}, column {self.column}"
 
 
 class DistributedError(SparseTIRError):
