@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod, const, dim, symbol
+from ..arith.affine import largest_constant as affine_largest_constant
 from ..arith.errors import IndexingMapError
 from ..errors import EncodingError
 
@@ -1097,12 +1098,7 @@ def largest_constant(e: LevelExpr) -> int:
     divisors, nested ones included (a counting level: its number of slices)."""
     if isinstance(e, LevelCounter):
         return e.slices
-    largest = abs(e.constant)
-    for atom, k in e.terms:
-        largest = max(largest, abs(k))
-        if isinstance(atom, FloorDiv | Mod):
-            largest = max(largest, atom.divisor, largest_constant(atom.lhs))
-    return largest
+    return affine_largest_constant(e)
 
 
 def parse_encoding(text: str) -> SparseTensorEncoding:
