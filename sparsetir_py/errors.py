@@ -7,6 +7,8 @@ import re
 #: How many characters of the offending line an error shows on each side of the offending one: a
 #: text of one long line (a generated map of thousands of terms) would otherwise be quoted whole.
 EXCERPT_RADIUS = 36
+#: Script lines up to this length are shown whole in a `FrontendError` (a generated line is longer).
+WHOLE_LINE = 240
 
 
 def source_excerpt(text: str, position: int) -> tuple[int, int, str]:
@@ -60,10 +62,23 @@ class FrontendError(SparseTIRError):
         self.source_line = source_line
         text = f"{filename}:{line}:{col + 1}: error: {message}"
         if source_line:
-            width = max(1, (end_col or col + 1) - col)
-            caret = " " * col + "^" * width
-            text += f"\n    {source_line.rstrip()}\n    {caret}"
+            text += _frontend_excerpt(source_line.rstrip(), col, end_col)
         super().__init__(text)
+
+
+def _frontend_excerpt(line: str, col: int, end_col: int | None) -> str:
+    """The source line with carets under columns [col, end_col): a line longer than
+    WHOLE_LINE is cut to EXCERPT_RADIUS characters either side of the span (at most
+    2 * EXCERPT_RADIUS of it shown), with `...` where it is cut; a shorter one is shown whole."""
+    if len(line) <= WHOLE_LINE:
+        return f"\n    {line}\n    {' ' * col}{'^' * max(1, (end_col or col + 1) - col)}"
+    end = min(max(col + 1, end_col or col + 1), col + 2 * EXCERPT_RADIUS)
+    lo = max(0, col - EXCERPT_RADIUS)
+    hi = min(len(line), end + EXCERPT_RADIUS)
+    head = "..." if lo > 0 else ""
+    tail = "..." if hi < len(line) else ""
+    caret = " " * (len(head) + col - lo) + "^" * (end - col)
+    return f"\n    {head}{line[lo:hi]}{tail}\n    {caret}"
 
 
 class VerifyError(SparseTIRError):

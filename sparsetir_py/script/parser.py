@@ -1184,13 +1184,29 @@ def _is_decorator(parser: Parser, node: ast.AST, name: str) -> bool:
 
 
 def parse_source(text: str, filename: str = "<script>") -> ir.PrimFunc | ir.IRModule:
-    """Parse script text (as `func.script()` prints it) into a PrimFunc or an IRModule."""
+    """Parse script text (as `func.script()` prints it) into a PrimFunc or an IRModule.
+
+    Text that Python's parser or this one cannot walk (an expression nested or chained past
+    Python's recursion limit, a NUL byte) is a `FrontendError` too."""
+    try:
+        return _parse_source(text, filename)
+    except RecursionError:
+        raise FrontendError(
+            "the script nests or chains expressions too deeply to parse (Python's recursion limit); "
+            "split the expression into several statements",
+            filename,
+        ) from None
+
+
+def _parse_source(text: str, filename: str) -> ir.PrimFunc | ir.IRModule:
     lines = text.splitlines()
     try:
         tree = ast.parse(text, filename)
     except SyntaxError as e:
         line = lines[e.lineno - 1] if e.lineno and 0 < e.lineno <= len(lines) else ""
         raise FrontendError(f"syntax error: {e.msg}", filename, e.lineno or 0, (e.offset or 1) - 1, line) from None
+    except (ValueError, MemoryError) as e:  # a NUL byte; an expression too large for the parser
+        raise FrontendError(f"the script cannot be parsed: {e}", filename) from None
     parser = Parser(filename, lines, 0, 0, {})
     funcs = {}
     for node in tree.body:

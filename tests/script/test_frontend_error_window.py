@@ -1,0 +1,43 @@
+"""A `FrontendError` on a very long source line shows a window around the offending span, not the
+whole line (a generated script of one 40 KB line would otherwise give a 40 KB message); a short
+line is shown whole, with the caret under the span."""
+
+from __future__ import annotations
+
+import pytest
+
+import sparsetir_py as sp
+from sparsetir_py.errors import EXCERPT_RADIUS, FrontendError
+
+
+def test_short_line_is_shown_whole():
+    message = str(FrontendError("bad", "f.py", 3, 4, "    xyz = 1", 7)).splitlines()
+    assert message == ["f.py:3:5: error: bad", "        xyz = 1", "        ^^^"]
+
+
+@pytest.mark.parametrize("col", [0, 10, 5000, 39_990])
+def test_long_line_is_cut_around_the_span(col):
+    line = "a" * col + "BAD" + "b" * (40_000 - col)
+    _, shown, caret = str(FrontendError("bad", "f.py", 1, col, line, col + 3)).splitlines()
+    assert len(shown) <= 4 + 2 * 3 + 2 * EXCERPT_RADIUS + 3
+    assert shown[caret.index("^") : caret.rindex("^") + 1] == "BAD"
+
+
+def test_a_long_span_is_capped():
+    line = "x" * 10 + "y" * 9000
+    _, shown, caret = str(FrontendError("bad", "f.py", 1, 10, line, 9010)).splitlines()
+    assert caret.count("^") == 2 * EXCERPT_RADIUS and shown.endswith("...")
+
+
+def test_a_script_with_a_long_line_reports_a_short_message():
+    """End to end: a parse error in a script whose offending line is 20 KB long."""
+    filler = " + ".join(["1"] * 5000)
+    source = (
+        "from sparsetir_py import script as T\n\n"
+        "@T.prim_func\n"
+        "def f(a: T.handle, m: T.int32):\n"
+        f"    I = T.dense_fixed(m + {filler} + undefined_name)\n"
+    )
+    with pytest.raises(sp.SparseTIRError) as info:
+        sp.from_script(source)
+    assert len(str(info.value)) < 2000
