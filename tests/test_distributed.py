@@ -22,6 +22,7 @@ import time
 import numpy as np
 import pytest
 import scipy.sparse as sps
+from dask_support import loopback_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import edge_matrices, make_csr
@@ -83,15 +84,7 @@ def cluster():
     # `replicas=2` keeps two copies of each piece only where Dask's active memory manager does not
     # drop the copies no task waits for (its ReduceReplicas policy, on by default).
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
-        cluster = distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",  # its HTTP server on loopback, on a free port
-            scheduler_kwargs={"dashboard": False},
-            env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"},
-        )
+        cluster = loopback_cluster()
     client = distributed.Client(cluster, timeout=TIMEOUT)
     client.wait_for_workers(2, timeout=TIMEOUT)
     traffic = Traffic(cluster.scheduler)

@@ -29,6 +29,7 @@ import dask
 import numpy as np
 import pytest
 import scipy.sparse as sps
+from dask_support import loopback_cluster
 
 import sparsetir_py as sp
 from sparsetir_py import ops
@@ -60,15 +61,7 @@ def cluster():
     # the timer fires, even if that worker came back and was killed again since: with kills every
     # second or two it would lose its nannies one by one.
     config = dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"})
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",  # its HTTP server on loopback, on a free port
-        scheduler_kwargs={"dashboard": False},
-        env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"},
-    )
+    cluster = loopback_cluster()
     client = distributed.Client(cluster, timeout=60)
     stopped: set[int] = set()
     try:
