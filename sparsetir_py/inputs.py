@@ -11,7 +11,9 @@ arrays it reads from a file before it builds a matrix of them (`check_compressed
 
 from __future__ import annotations
 
+import functools
 import numbers
+import os
 
 import numpy as np
 import scipy.sparse
@@ -242,3 +244,13 @@ def canonical(A) -> scipy.sparse.csr_matrix:
             (csr.data, csr.indices.astype(np.int64), csr.indptr.astype(np.int64)), shape=csr.shape
         )
     return csr
+
+
+@functools.cache
+def half_the_memory() -> int:
+    """Half this machine's physical memory in bytes (32 GiB where the system does not say): what
+    one conversion or one file may make the package allocate."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return 2**35

@@ -35,7 +35,7 @@ import scipy.sparse
 
 from . import script as T
 from .driver import compile as compile_pipeline
-from .errors import InputError
+from .errors import FormatError, InputError
 from .inputs import INDEX_DTYPES as _INDEX_DTYPES
 from .inputs import VALUE_DTYPES as _VALUE_DTYPES
 from .inputs import canonical as _canonical
@@ -613,15 +613,21 @@ def _converted(module, csr, params: dict, dtype: str, idtype: str):
     entry = _CONVERTED.get(key)
     if entry is not None and entry[0]() is csr.indptr and entry[1]() is csr.indices:
         return entry[2]
-    from .format import check_converted, convert
+    from .format import convert
 
     rules = _rules(module, csr, params, dtype, idtype)
     numbered = scipy.sparse.csr_matrix((np.arange(1, csr.nnz + 1, dtype=np.float64), csr.indices, csr.indptr),
                                        shape=csr.shape)  # fmt: skip
-    arrays = convert(numbered, _rules(module, csr, params, "float64", idtype))
-    # The kernel is built from `rules` (the operands' dtypes), the arrays by the float64 ones (exact
-    # ids): they must agree, so the arrays are checked against the kernel's rules as well.
-    check_converted(numbered, rules, arrays)
+    exact = _rules(module, csr, params, "float64", idtype)
+    # The kernel is built from `rules` (the operands' dtypes), the arrays (checked by `convert`)
+    # by the float64 ones, whose values number the nonzeros exactly: the two must declare the
+    # same format but for the values' dtype.
+    if _layout(rules) != _layout(exact):
+        raise FormatError(
+            f"format `{getattr(module, '__name__', '?')}`: its rules for {dtype} values declare another format than "
+            "for float64 ones; a rule file's formats may differ by the values' dtype only"
+        )
+    arrays = convert(numbered, exact)
     structure, gathers = {}, {}
     for rule in rules:
         values = {f"{b.data.name}_{rule.name}" for b in rule.new_format_desc.buffers if b.data is not None}
@@ -644,6 +650,22 @@ def _converted(module, csr, params: dict, dtype: str, idtype: str):
 
     _CONVERTED[key] = (weakref.ref(csr.indptr, forget), weakref.ref(csr.indices, forget), result)
     return result
+
+
+def _layout(rules) -> list:
+    """What a list of rules declares, but the dtype of its values: names, parameters (structure
+    dtypes included) and each buffer's axes (kinds, index dtypes, extents)."""
+    return [
+        (
+            r.name,
+            [(p.name, p.dtype) for p in r.new_format_desc.params],
+            [
+                (b.name, [(a.name, a.kind, a.idtype, str(a.length), str(a.nnz_cols)) for a in b.axes])
+                for b in r.new_format_desc.buffers
+            ],
+        )
+        for r in rules
+    ]
 
 
 #: A format of more parts than this compiles only the parts that store a nonzero of A.

@@ -112,3 +112,19 @@ def test_finite_operand_check_is_chunked(monkeypatch):
     B[4, 2] = np.nan
     assert not ops._all_finite(B)
     assert ops._all_finite(np.zeros((0, 3)))
+
+
+def test_rules_that_differ_by_dtype_are_a_format_error():
+    """sp.ops numbers the nonzeros with the float64 rules and builds the kernel from the
+    operands' ones: a rule file whose format changes with the values' dtype is refused."""
+    import types
+
+    import format_rules
+
+    module = types.ModuleType("by_dtype")
+    module.rules = lambda dtype="float32", idtype="int32": format_rules.bsr.rules(
+        block_size=2 if dtype == "float64" else 4, dtype=dtype, idtype=idtype
+    )
+    A = scipy.sparse.csr_matrix(np.eye(4, dtype=np.float32))
+    with pytest.raises(sp.FormatError, match="another format"):
+        sp.ops.spmm(A, np.ones((4, 2), np.float32), format=module)

@@ -40,7 +40,17 @@ import numpy as np
 import scipy.sparse
 
 from ..errors import InputError
-from ..inputs import canonical, check_compressed, check_coo, check_dia, check_kind, check_shape, describe, native
+from ..inputs import (
+    canonical,
+    check_compressed,
+    check_coo,
+    check_dia,
+    check_kind,
+    check_shape,
+    describe,
+    half_the_memory,
+    native,
+)
 
 __all__ = [
     "MATRIX_FILE_SUFFIXES",
@@ -212,13 +222,8 @@ def _check_allocation(label: str, what: str, nbytes: int) -> None:
 
 
 def _memory_budget() -> int:
-    """`MEMORY_LIMIT`, or half this machine's physical memory (8 GiB where the system does not say)."""
-    if MEMORY_LIMIT is not None:
-        return MEMORY_LIMIT
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (ValueError, OSError, AttributeError):
-        return 8 * 2**30
+    """`MEMORY_LIMIT`, or half this machine's physical memory."""
+    return MEMORY_LIMIT if MEMORY_LIMIT is not None else half_the_memory()
 
 
 # -------------------------------------------------------------------- scipy .npz

@@ -34,15 +34,14 @@ would be a silently wrong result.
 
 from __future__ import annotations
 
-import functools
 import numbers
-import os
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse
 
 from ..errors import FormatError, InputError
+from ..inputs import half_the_memory
 from ..ir.axis import DENSE_FIXED, SPARSE_FIXED
 from .args import bind_arguments
 
@@ -82,13 +81,9 @@ def _fits(what: str, count: int | float, it) -> None:
 SLOT_BYTES = 64
 
 
-@functools.cache
 def memory_limit() -> int:
     """Half the machine's memory: what a conversion may take."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
-        return 2**36
+    return half_the_memory()
 
 
 def slots_fit(what: str, count: int | float, it) -> None:

@@ -49,6 +49,10 @@ from typing import NamedTuple
 from ..arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod, const, dim, symbol
 from ..arith.affine import largest_constant as affine_largest_constant
 from ..arith.errors import IndexingMapError
+
+# The limits of the text, shared with indexing maps: integers (and every coefficient, constant and
+# divisor of a level expression) within int64, as MLIR keeps them; nesting at most MAX_NESTING.
+from ..arith.parser import INT64_MAX, MAX_NESTING, fits_int64
 from ..errors import EncodingError
 
 __all__ = [
@@ -63,13 +67,6 @@ LEVEL_FORMATS = ("dense", "compressed", "loose_compressed", "singleton", "n_out_
 LEVEL_PROPERTIES = ("nonunique", "nonordered", "soa", "high")
 POS_WIDTHS = (0, 8, 16, 32, 64)
 CRD_WIDTHS = (0, 1, 2, 4, 8, 16, 32, 64)
-#: The largest integer the text may hold, and every coefficient, constant and divisor of a level
-#: expression: MLIR keeps them in int64, and the stored coordinates are int64 at most.
-INT64_MAX = 2**63 - 1
-#: How deep parentheses, and `floordiv`/`mod`/`ceildiv` applied to one another, may nest in a
-#: level expression. The parser recurses on parentheses and the canonical form on nested
-#: divisions; real encodings nest two or three deep.
-MAX_NESTING = 64
 _KEYS = (
     "map",
     "posWidth",
@@ -328,13 +325,6 @@ _TOKEN = re.compile(
 )
 
 
-def _fits_int64(digits: str) -> bool:
-    """Whether a literal fits int64, decided before `int()` converts it (which is quadratic in
-    the number of digits and refuses more than a few thousand)."""
-    digits = digits.lstrip("0")
-    return len(digits) < 19 or (len(digits) == 19 and int(digits) <= INT64_MAX)
-
-
 class _Tok(NamedTuple):
     kind: str  # int, ident, string, op, eof
     text: str
@@ -369,7 +359,7 @@ class _Parser:
             if kind == "bad":
                 raise EncodingError(f"unexpected character {m.group(kind)!r}", whole, offset + pos)
             word = m.group(kind)
-            if kind == "int" and not _fits_int64(word):
+            if kind == "int" and not fits_int64(word):
                 shown = word if len(word) <= 40 else f"{word[:20]}... ({len(word)} digits)"
                 raise EncodingError(
                     f"the integer {shown} does not fit a 64-bit integer (at most {INT64_MAX})", whole, offset + pos
