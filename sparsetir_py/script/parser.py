@@ -1187,7 +1187,9 @@ def parse_source(text: str, filename: str = "<script>") -> ir.PrimFunc | ir.IRMo
     """Parse script text (as `func.script()` prints it) into a PrimFunc or an IRModule.
 
     Text that Python's parser or this one cannot walk (an expression nested or chained past
-    Python's recursion limit, a NUL byte) is a `FrontendError` too."""
+    Python's recursion limit, a NUL byte) is a `FrontendError` too. (On CPython 3.11 a recursion
+    error inside `ast.parse` leaves the interpreter's AST depth counter wrong: later `ast.parse`
+    calls in that process may fail with a SystemError. Nothing here can repair it.)"""
     try:
         return _parse_source(text, filename)
     except RecursionError:
