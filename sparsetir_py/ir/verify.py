@@ -39,7 +39,7 @@ Rules, in the order they are checked:
 - `BufferAxisOrderError` (`check_buffer_axes`): in a sparse buffer every axis appears once, every
   non-root axis comes right after its parent, and a variable axis is preceded by exactly its
   ancestor chain, root first (its storage offset is `indptr[position of its parent]`).
-- `LayoutError`: a flat buffer's `minor_to_major` is a permutation of its dimensions, tiles are
+- `BufferLayoutError`: a flat buffer's `minor_to_major` is a permutation of its dimensions, tiles are
   tuples of positive sizes of rank at most the buffer's, `tail_padding_alignment >= 1`.
 - `UndeclaredBufferError`: every buffer loaded, stored or named in a region is a function buffer
   or allocated by an enclosing block or `Allocate`.
@@ -164,9 +164,9 @@ __all__ = [
     "BufferArityError",
     "BufferAxisOrderError",
     "BufferDeclarationError",
+    "BufferLayoutError",
     "DtypeError",
     "InitWriteError",
-    "LayoutError",
     "LoopExtentError",
     "RebindError",
     "ReductionWriteError",
@@ -217,8 +217,9 @@ class BufferArityError(VerifyError):
     """A buffer is indexed with the wrong number of indices."""
 
 
-class LayoutError(VerifyError):
-    """A flat buffer's layout does not fit its shape."""
+class BufferLayoutError(VerifyError):
+    """A flat buffer's layout does not fit its shape (the verifier's rule; `ir.layout.LayoutError` is
+    the layout library's own error, for malformed layout text or a shape a layout does not fit)."""
 
 
 class SparseIterationError(VerifyError):
@@ -821,17 +822,17 @@ class _FuncVerifier:
         m2m = tuple(layout.minor_to_major)
         if sorted(m2m) != list(range(len(b.shape))):
             self.fail(
-                LayoutError,
+                BufferLayoutError,
                 f"buffer `{b.name}` has rank {len(b.shape)} but minor_to_major {m2m} is not a permutation "
                 f"of its dimensions",
             )
         for tile in layout.tiles:
             ok = 0 < len(tile) <= len(b.shape) and all(isinstance(t, int) and t > 0 for t in tile)
             if not ok:
-                self.fail(LayoutError, f"buffer `{b.name}` has tile {tile!r}; expected positive sizes")
+                self.fail(BufferLayoutError, f"buffer `{b.name}` has tile {tile!r}; expected positive sizes")
         if not isinstance(layout.tail_padding_alignment, int) or layout.tail_padding_alignment < 1:
             self.fail(
-                LayoutError,
+                BufferLayoutError,
                 f"buffer `{b.name}` has tail_padding_alignment {layout.tail_padding_alignment!r}",
             )
 

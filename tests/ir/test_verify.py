@@ -54,8 +54,8 @@ from sparsetir_py.ir.verify import (
     BufferArityError,
     BufferAxisOrderError,
     BufferDeclarationError,
+    BufferLayoutError,
     DtypeError,
-    LayoutError,
     LoopExtentError,
     RebindError,
     ReductionWriteError,
@@ -809,12 +809,12 @@ def test_verify_fail_buffer_arity(case):
         (Layout((1, 0), tail_padding_alignment=0), "tail_padding_alignment 0"),
     ],
 )
-def test_verify_fail_layout(layout, msg):
+def test_verify_fail_buffer_layout(layout, msg):
     s = Csrmm3()
     s.B = FlatBuffer("B", (s.n, s.feat), "float32", s.b, layout)
     s.buffers[1] = s.B
     s.accumulate = st(s.acc, (i32(0),), ld(s.B, i32(0)))
-    with pytest.raises(LayoutError, match=msg):
+    with pytest.raises(BufferLayoutError, match=msg):
         verify(s.func())
 
 
