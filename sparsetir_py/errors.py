@@ -11,13 +11,39 @@ EXCERPT_RADIUS = 36
 WHOLE_LINE = 240
 
 
-def source_excerpt(text: str, position: int) -> tuple[int, int, str]:
-    r"""The line and column (from 1) of `position` in `text`, and two indented lines showing it:
-    the source line, cut to EXCERPT_RADIUS characters either side of the position (with `...`
-    where it is cut), and a caret under the offending character.
+def caret_window(line: str, start: int, end: int | None = None, *, whole: int = 0) -> str:
+    r"""Two indented lines showing columns `[start, end)` of one source `line` (from 0; one column
+    when `end` is None): the line and carets under the span. The one caret renderer of the project:
+    `source_excerpt` (encodings, indexing maps) and `FrontendError` both call it.
 
-    Characters that do not print (tabs, NULs) are shown as blanks, one for one, so that the caret
-    stays under its character.
+    A line longer than `whole` characters is cut to EXCERPT_RADIUS characters either side of the
+    span (at most 2 * EXCERPT_RADIUS of the span shown), with `...` where it is cut: a text of one
+    long line (a generated map of thousands of terms) would otherwise be quoted whole. Characters
+    that do not print (tabs, NULs) are shown as blanks, one for one, so that the carets stay under
+    their characters.
+
+    >>> print(caret_window("x = (1 + 2 ? 3)", 11))
+    <BLANKLINE>
+        x = (1 + 2 ? 3)
+                   ^
+    """
+    end = max(start + 1, end or start + 1)
+    if len(line) <= whole:
+        lo, hi = 0, len(line)
+    else:
+        end = min(end, start + 2 * EXCERPT_RADIUS)
+        lo, hi = max(0, start - EXCERPT_RADIUS), min(len(line), end + EXCERPT_RADIUS)
+    shown = "".join(c if c.isprintable() else " " for c in line[lo:hi])
+    head = "..." if lo > 0 else ""
+    tail = "..." if hi < len(line) else ""
+    if not tail:
+        shown = shown.rstrip()  # the line's trailing blanks (and a `\r` before its `\n`)
+    caret = " " * (len(head) + start - lo) + "^" * (end - start)
+    return f"\n    {head}{shown}{tail}\n    {caret}"
+
+
+def source_excerpt(text: str, position: int) -> tuple[int, int, str]:
+    r"""The line and column (from 1) of `position` in `text`, and `caret_window` of its line.
 
     >>> line, column, excerpt = source_excerpt("x = (1 +\n  2 ? 3)", 13)
     >>> (line, column), excerpt.splitlines()[1:]
@@ -28,15 +54,7 @@ def source_excerpt(text: str, position: int) -> tuple[int, int, str]:
     line_start = text.rfind("\n", 0, position) + 1
     line_end = text.find("\n", position)
     line_end = len(text) if line_end < 0 else line_end
-    lo = max(line_start, position - EXCERPT_RADIUS)
-    hi = min(line_end, position + EXCERPT_RADIUS + 1)
-    shown = "".join(c if c.isprintable() else " " for c in text[lo:hi])
-    head = "..." if lo > line_start else ""
-    tail = "..." if hi < line_end else ""
-    if not tail:
-        shown = shown.rstrip()  # the line's trailing blanks (and a `\r` before its `\n`)
-    caret = " " * (len(head) + position - lo) + "^"
-    return line, position - line_start + 1, f"\n    {head}{shown}{tail}\n    {caret}"
+    return line, position - line_start + 1, caret_window(text[line_start:line_end], position - line_start)
 
 
 class SparseTIRError(Exception):
@@ -62,23 +80,8 @@ class FrontendError(SparseTIRError):
         self.source_line = source_line
         text = f"{filename}:{line}:{col + 1}: error: {message}"
         if source_line:
-            text += _frontend_excerpt(source_line.rstrip(), col, end_col)
+            text += caret_window(source_line.rstrip(), col, end_col, whole=WHOLE_LINE)
         super().__init__(text)
-
-
-def _frontend_excerpt(line: str, col: int, end_col: int | None) -> str:
-    """The source line with carets under columns [col, end_col): a line longer than
-    WHOLE_LINE is cut to EXCERPT_RADIUS characters either side of the span (at most
-    2 * EXCERPT_RADIUS of it shown), with `...` where it is cut; a shorter one is shown whole."""
-    if len(line) <= WHOLE_LINE:
-        return f"\n    {line}\n    {' ' * col}{'^' * max(1, (end_col or col + 1) - col)}"
-    end = min(max(col + 1, end_col or col + 1), col + 2 * EXCERPT_RADIUS)
-    lo = max(0, col - EXCERPT_RADIUS)
-    hi = min(len(line), end + EXCERPT_RADIUS)
-    head = "..." if lo > 0 else ""
-    tail = "..." if hi < len(line) else ""
-    caret = " " * (len(head) + col - lo) + "^" * (end - col)
-    return f"\n    {head}{line[lo:hi]}{tail}\n    {caret}"
 
 
 class VerifyError(SparseTIRError):
