@@ -23,13 +23,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, NoReturn
 
 from .affine import AffineExpr, Interval, affine_sum, const, dim, largest_constant, symbol
 from .errors import IndexingMapError
 from .indexing_map import AffineMap, IndexingMap, RuntimeVar, Variable
 
-__all__ = ["INT64_MAX", "MAX_NESTING", "fits_int64", "parse_affine_expr", "parse_affine_map", "parse_indexing_map"]
+__all__ = [
+    "INT64_MAX",
+    "MAX_NESTING",
+    "MLIR_SYNTAX",
+    "XLA_SYNTAX",
+    "AffineParser",
+    "Syntax",
+    "Token",
+    "fits_int64",
+    "parse_affine_expr",
+    "parse_affine_map",
+    "parse_indexing_map",
+]
 
 #: The largest integer the text may hold, and every constant, coefficient and divisor of an
 #: expression's canonical form: XLA and MLIR keep them in int64.
@@ -39,15 +52,52 @@ INT64_MAX = 2**63 - 1
 #: or three deep.
 MAX_NESTING = 64
 
-_TOKEN = re.compile(
-    r"(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<floordiv>//)|(?P<punct>[()\[\]{},:+\-*%])"
-)
-_BLANKS = re.compile(r"\s*")
-_KEYWORDS = {"domain", "in", "floordiv", "mod", "ceildiv", "hlo", "is_simplified"}
 _MUL_OPS = {"*", "floordiv", "mod", "ceildiv", "//", "%"}
 _DIVISIONS = {"floordiv": "floordiv", "//": "floordiv", "mod": "mod", "%": "mod", "ceildiv": "ceildiv"}
+_OPERATOR_WORDS = ("floordiv", "mod", "ceildiv")
 #: How much of a name or a piece of text a message quotes.
 _QUOTED = 40
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """The tokens of one notation. XLA's indexing maps and MLIR's `#sparse_tensor.encoding` share
+    the affine-expression grammar of `AffineParser` but spell the text around it differently."""
+
+    #: One token (after the blanks); its group names the kind: `int`, `ident`, `string`, else an
+    #: operator or punctuation (`op`).
+    token: re.Pattern
+    #: What separates tokens (MLIR: blanks and `//` comments).
+    blanks: re.Pattern
+    #: Words that are never variables.
+    keywords: frozenset[str]
+    #: `floorDiv` reads as `floordiv` and the operator words lex as operators (XLA's documentation);
+    #: otherwise they stay identifiers that the grammar reads as operators (MLIR).
+    fold_operator_case: bool = False
+    #: `16d0` is `16 * d0` (XLA's documentation).
+    juxtaposed_coefficients: bool = False
+
+
+#: XLA's notation: `//` and `%` are divisions, `floorDiv` and `16d0` are read.
+XLA_SYNTAX = Syntax(
+    token=re.compile(
+        r"(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<arrow>->)|(?P<floordiv>//)"
+        r"|(?P<punct>[()\[\]{},:+\-*%])"
+    ),
+    blanks=re.compile(r"\s*"),
+    keywords=frozenset({"domain", "in", "floordiv", "mod", "ceildiv", "hlo", "is_simplified"}),
+    fold_operator_case=True,
+    juxtaposed_coefficients=True,
+)
+#: MLIR's notation: `//` starts a comment, strings are quoted, names may hold `$`.
+MLIR_SYNTAX = Syntax(
+    token=re.compile(
+        r"(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_$]*)|(?P<string>\"[^\"\n]*\")"
+        r"|(?P<arrow>->)|(?P<punct>[()\[\]{}<>,:=*+\-?#.])"
+    ),
+    blanks=re.compile(r"(?:\s|//[^\n]*)*+"),  # possessive: no backtracking
+    keywords=frozenset(_OPERATOR_WORDS),
+)
 
 
 def fits_int64(digits: str) -> bool:
@@ -68,48 +118,74 @@ def _quote(text: str) -> str:
     return f"`{_cut(text)}`"
 
 
-class _Token(NamedTuple):
-    kind: str  # "int", "ident", "op" (punctuation and operator keywords), "eof"
+class Token(NamedTuple):
+    kind: str  # "int", "ident", "string", "op" (punctuation and operator keywords), "eof"
     text: str
     start: int
     end: int
 
 
-class _Parser:
-    def __init__(self, source: str, what: str):
+class AffineParser:
+    """A recursive-descent reader of affine expressions over a text in one `Syntax`: the tokens
+    (`token`, `peek`, `advance`, `accept`, `expect`) and the expression grammar (`expr`). The
+    indexing-map functions below use it as it is; `format.mlir`'s encoding parser extends it with
+    MLIR's attribute grammar and overrides the hooks where its messages are worded differently
+    (`fail`, `describe`, the class constants and `check_divisor`, `unknown_variable`, ...).
+
+    `start`/`stop` read a piece of `source` (a quoted level type), so that errors point into the
+    whole text."""
+
+    #: How an "expected ..." message reads.
+    EXPECTED = "expected {what}, got {found}"
+    #: What `primary` expects, and the `)` that closes a parenthesised expression.
+    AN_EXPRESSION = "an expression"
+    CLOSING_PAREN = "`)`"
+    #: Check every sum's canonical form (parenthesised ones too) for int64, at its start; when
+    #: False the caller checks the whole expression once (`check_canonical`).
+    CHECK_EVERY_SUM = True
+    #: The parts of a canonical form named in its int64 message.
+    CANONICAL_PARTS = "a constant, coefficient or divisor"
+
+    def __init__(self, source: str, what: str, syntax: Syntax = XLA_SYNTAX, start: int = 0, stop: int | None = None):
         self.source = source
         self.what = what
-        self.pos = 0
+        self.syntax = syntax
+        self.stop = len(source) if stop is None else stop
         self.nesting = 0  # open parentheses in the expression being read
-        self.token = self._lex()
+        self.previous: Token | None = None
+        self.token = self.lex(start)
 
     # -- lexing ---------------------------------------------------------------------------------
 
-    def _lex(self) -> _Token:
-        n = len(self.source)
-        self.pos = _BLANKS.match(self.source, self.pos).end()
-        if self.pos >= n:
-            return _Token("eof", "", n, n)
-        m = _TOKEN.match(self.source, self.pos)
+    def lex(self, pos: int) -> Token:
+        """The token after the blanks at `pos`."""
+        syntax = self.syntax
+        pos = syntax.blanks.match(self.source, pos, self.stop).end()
+        if pos >= self.stop:
+            return Token("eof", "", self.stop, self.stop)
+        m = syntax.token.match(self.source, pos, self.stop)
         if m is None:
-            self.fail(f"unexpected character {self.source[self.pos]!r}", self.pos)
-        start, self.pos = m.start(), m.end()
+            self.fail(f"unexpected character {self.source[pos]!r}", pos)
+        start, end = m.span()
         text = m.group()
-        if m.lastgroup == "int":
+        kind = m.lastgroup
+        if kind == "int":
             if not fits_int64(text):
                 shown = text if len(text) <= _QUOTED else f"{text[: _QUOTED // 2]}... ({len(text)} digits)"
                 self.fail(f"the integer {shown} does not fit a 64-bit integer (at most {INT64_MAX})", start)
-            return _Token("int", text, start, self.pos)
-        if m.lastgroup == "ident":
-            lowered = text.lower()
-            if lowered in ("floordiv", "mod", "ceildiv"):
-                return _Token("op", lowered, start, self.pos)
-            return _Token("ident", text, start, self.pos)
-        return _Token("op", text, start, self.pos)
+            return Token("int", text, start, end)
+        if kind == "ident" and syntax.fold_operator_case and text.lower() in _OPERATOR_WORDS:
+            return Token("op", text.lower(), start, end)
+        return Token(kind if kind in ("ident", "string") else "op", text, start, end)
 
-    def advance(self) -> _Token:
+    def peek(self) -> Token:
+        """The token after the current one (nothing consumed)."""
+        return self.lex(self.token.end)
+
+    def advance(self) -> Token:
         token = self.token
-        self.token = self._lex()
+        self.previous = token
+        self.token = self.lex(token.end)
         return token
 
     def at(self, text: str) -> bool:
@@ -121,15 +197,20 @@ class _Parser:
             return True
         return False
 
-    def expect(self, text: str) -> _Token:
+    def expect(self, text: str, what: str | None = None) -> Token:
         if not self.at(text):
-            self.fail(f"expected `{text}`, got {self.describe()}")
+            self.expected(what or f"`{text}`")
         return self.advance()
 
-    def describe(self) -> str:
-        return "the end of the text" if self.token.kind == "eof" else _quote(self.token.text)
+    def describe(self, token: Token | None = None) -> str:
+        token = token or self.token
+        return "the end of the text" if token.kind == "eof" else _quote(token.text)
 
-    def fail(self, message: str, pos: int | None = None) -> None:
+    def expected(self, what: str, token: Token | None = None) -> NoReturn:
+        token = token or self.token
+        self.fail(self.EXPECTED.format(what=what, found=self.describe(token)), token.start)
+
+    def fail(self, message: str, pos: int | None = None) -> NoReturn:
         pos = self.token.start if pos is None else pos
         raise IndexingMapError(f"cannot parse {self.what}: {message}", self.source, pos)
 
@@ -137,8 +218,7 @@ class _Parser:
         """The raw text from `start` to the end of its line; parsing continues after it."""
         end = self.source.find("\n", start)
         end = len(self.source) if end < 0 else end
-        self.pos = end
-        self.token = self._lex()
+        self.token = self.lex(end)
         return self.source[start:end].strip()
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -150,8 +230,8 @@ class _Parser:
             return names
         seen: set[str] = set()
         while True:
-            if self.token.kind != "ident" or self.token.text in _KEYWORDS:
-                self.fail(f"expected a variable name, got {self.describe()}")
+            if self.token.kind != "ident" or self.token.text in self.syntax.keywords:
+                self.expected("a variable name")
             name = self.advance().text
             if name in seen:
                 self.fail(f"variable {_quote(name)} is declared twice")
@@ -164,7 +244,7 @@ class _Parser:
     def signed_int(self) -> int:
         negative = self.accept("-")
         if self.token.kind != "int":
-            self.fail(f"expected an integer, got {self.describe()}")
+            self.expected("an integer")
         value = int(self.advance().text.lstrip("0") or "0")
         return -value if negative else value
 
@@ -185,7 +265,7 @@ class _Parser:
 
     def sum(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
         """`term (('+' | '-') term)*`, added up once (see `affine_sum`); the canonical form must
-        fit int64."""
+        fit int64 (checked here when CHECK_EVERY_SUM)."""
         start = self.token.start
         first, depth = self.term(scope)
         summands = [first]
@@ -195,14 +275,20 @@ class _Parser:
             summands.append(-rhs if negative else rhs)
             depth = max(depth, rhs_depth)
         result = affine_sum(summands)
-        largest = largest_constant(result)
+        if self.CHECK_EVERY_SUM:
+            self.check_canonical(result, start)
+        return result, depth
+
+    def check_canonical(self, e: AffineExpr, start: int) -> AffineExpr:
+        """`e`, whose every constant, coefficient and divisor (nested ones too) must fit int64."""
+        largest = largest_constant(e)
         if largest > INT64_MAX:
             self.fail(
-                f"the expression holds {largest} (a constant, coefficient or divisor of its canonical form), "
+                f"the expression holds {largest} ({self.CANONICAL_PARTS} of its canonical form), "
                 f"which does not fit a 64-bit integer (at most {INT64_MAX})",
                 start,
             )
-        return result, depth
+        return e
 
     def term(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
         """`unary (('*' | 'floordiv' | 'mod' | 'ceildiv' | '//' | '%') unary)*`, left to right.
@@ -210,7 +296,7 @@ class _Parser:
         and at the end, so that `x * 2 * 2 ...` rescales `x` once."""
         acc, depth = self.unary(scope)
         scale = 1
-        while self.token.kind == "op" and self.token.text in _MUL_OPS:
+        while self.token.kind in ("op", "ident") and self.token.text in _MUL_OPS:
             op_token = self.advance()
             rhs, rhs_depth = self.unary(scope)
             depth = max(depth, rhs_depth)
@@ -220,11 +306,7 @@ class _Parser:
                 elif acc.is_constant:
                     scale, acc = self.checked_scale(scale * acc.constant, op_token), rhs
                 else:
-                    self.fail(
-                        f"non-affine product {_quote(str(acc.scale(scale)))} * {_quote(str(rhs))}: "
-                        "one side must be a constant",
-                        op_token.start,
-                    )
+                    self.non_affine_product(acc.scale(scale), rhs, op_token)
                 continue
             depth += 1
             if depth > MAX_NESTING:
@@ -232,11 +314,17 @@ class _Parser:
                     f"the expression is nested deeper than {MAX_NESTING} levels of `floordiv`, `ceildiv` and `mod`",
                     op_token.start,
                 )
-            acc = self.divide(op_token, acc.scale(scale), rhs)
+            self.check_divisor(op_token, rhs)
+            acc = self.divide(op_token, acc.scale(scale), rhs.constant)
             scale = 1
         return acc.scale(scale), depth
 
-    def checked_scale(self, value: int, op_token: _Token) -> int:
+    def non_affine_product(self, lhs: AffineExpr, rhs: AffineExpr, op_token: Token) -> NoReturn:
+        self.fail(
+            f"non-affine product {_quote(str(lhs))} * {_quote(str(rhs))}: one side must be a constant", op_token.start
+        )
+
+    def checked_scale(self, value: int, op_token: Token) -> int:
         if abs(value) > INT64_MAX:
             self.fail(
                 f"the product of the constant factors does not fit a 64-bit integer (at most {INT64_MAX})",
@@ -244,17 +332,21 @@ class _Parser:
             )
         return value
 
-    def divide(self, op_token: _Token, lhs: AffineExpr, rhs: AffineExpr) -> AffineExpr:
-        op = _DIVISIONS[op_token.text]
+    def check_divisor(self, op_token: Token, rhs: AffineExpr) -> None:
+        """XLA's divisors: any constant but zero."""
         if not rhs.is_constant:
             self.fail(f"the divisor of `{op_token.text}` must be a constant, got {_quote(str(rhs))}", op_token.start)
         if rhs.constant == 0:
             self.fail(f"division by zero in `{op_token.text}`", op_token.start)
+
+    @staticmethod
+    def divide(op_token: Token, lhs: AffineExpr, divisor: int) -> AffineExpr:
+        op = _DIVISIONS[op_token.text]
         if op == "floordiv":
-            return lhs.floordiv(rhs.constant)
+            return lhs.floordiv(divisor)
         if op == "mod":
-            return lhs.mod(rhs.constant)
-        return lhs.ceildiv(rhs.constant)
+            return lhs.mod(divisor)
+        return lhs.ceildiv(divisor)
 
     def unary(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
         """`'-'* primary`: the signs are counted in a loop (`- - d0` is `d0`)."""
@@ -266,32 +358,36 @@ class _Parser:
 
     def primary(self, scope: dict[str, AffineExpr]) -> tuple[AffineExpr, int]:
         token = self.token
+        keywords = self.syntax.keywords
         if token.kind == "int":
             self.advance()
             value = const(int(token.text.lstrip("0") or "0"))  # leading zeros count against int()'s limit
             # `16d0` in XLA's documentation: a coefficient written against its variable.
-            if self.token.kind == "ident" and self.token.start == token.end and self.token.text not in _KEYWORDS:
+            juxtaposed = self.token.kind == "ident" and self.token.start == token.end
+            if juxtaposed and self.syntax.juxtaposed_coefficients and self.token.text not in keywords:
                 return value * self.variable(scope), 0
             return value, 0
-        if token.kind == "ident" and token.text not in _KEYWORDS:
+        if token.kind == "ident" and token.text not in keywords:
             return self.variable(scope), 0
         if self.accept("("):
             self.nesting += 1
             if self.nesting > MAX_NESTING:
                 self.fail(f"the expression is nested deeper than {MAX_NESTING} levels of parentheses", token.start)
             inner = self.sum(scope)
-            self.expect(")")
+            self.expect(")", self.CLOSING_PAREN)
             self.nesting -= 1
             return inner
-        self.fail(f"expected an expression, got {self.describe()}")
-        raise AssertionError  # pragma: no cover
+        self.expected(self.AN_EXPRESSION)
 
     def variable(self, scope: dict[str, AffineExpr]) -> AffineExpr:
-        if self.token.kind != "ident" or self.token.text in _KEYWORDS:
-            self.fail(f"expected a variable, got {self.describe()}")
+        if self.token.kind != "ident" or self.token.text in self.syntax.keywords:
+            self.expected("a variable")
         if self.token.text not in scope:
-            self.fail(f"unknown variable {_quote(self.token.text)}")
+            self.fail(self.unknown_variable(self.token.text, scope))
         return scope[self.advance().text]
+
+    def unknown_variable(self, name: str, scope: dict[str, AffineExpr]) -> str:
+        return f"unknown variable {_quote(name)}"
 
     def results(self, scope: dict[str, AffineExpr]) -> list[AffineExpr]:
         self.expect("(")
@@ -311,14 +407,14 @@ class _Parser:
 
     def try_access_map(self) -> AffineMap | None:
         """An affine map `(d0, ...)[...] -> (...)` if one starts here, else None (nothing consumed)."""
-        saved = (self.pos, self.token)
+        saved = (self.previous, self.token)
         try:
             dims = self.names("(", ")")
             syms = self.names("[", "]") if self.at("[") else []
             if not self.at("->"):
                 raise IndexingMapError("not an access map")
         except IndexingMapError:
-            self.pos, self.token = saved
+            self.previous, self.token = saved
             return None
         return self.affine_map_tail(dims, syms)
 
@@ -340,7 +436,7 @@ def parse_indexing_map(text: str) -> IndexingMap:
     >>> str(m.simplify())
     '(d0, d1) -> (d0, d1), domain: d0 in [0, 6], d1 in [0, 14]'
     """
-    p = _Parser(text, "indexing map")
+    p = AffineParser(text, "indexing map")
     dim_names = p.names("(", ")")
     range_names = p.names("[", "]") if p.at("[") else []
     rt_names = p.names("{", "}") if p.at("{") else []
@@ -408,11 +504,11 @@ def parse_indexing_map(text: str) -> IndexingMap:
     return IndexingMap(tuple(results), tuple(dims), tuple(range_vars), tuple(rt_vars), tuple(constraints))
 
 
-def _finish(p: _Parser) -> None:
+def _finish(p: AffineParser) -> None:
     if p.accept("is_simplified"):
         p.expect(":")
         if p.token.kind != "ident" or p.token.text not in ("true", "false"):
-            p.fail(f"expected `true` or `false`, got {p.describe()}")
+            p.expected("`true` or `false`")
         p.advance()
     if p.token.kind != "eof":
         p.fail(f"unexpected {p.describe()}")
@@ -420,7 +516,7 @@ def _finish(p: _Parser) -> None:
 
 def parse_affine_map(text: str) -> AffineMap:
     """Parse `(d0, d1)[s0] -> (exprs)` (no domain)."""
-    p = _Parser(text, "affine map")
+    p = AffineParser(text, "affine map")
     dims = p.names("(", ")")
     syms = p.names("[", "]") if p.at("[") else []
     result = p.affine_map_tail(dims, syms)
@@ -432,7 +528,7 @@ def parse_affine_expr(
     text: str, dim_names: Sequence[str] | None = None, symbol_names: Sequence[str] | None = None
 ) -> AffineExpr:
     """Parse one expression. Without names, `d<i>` are dimensions and `s<j>` symbols."""
-    p = _Parser(text, "affine expression")
+    p = AffineParser(text, "affine expression")
     if dim_names is None and symbol_names is None:
         scope = _AutoScope()
     else:
