@@ -11,6 +11,9 @@ from __future__ import annotations
 from .stmt import LAUNCH_TAGS, For, SeqStmt, Stmt, seq
 from .visit import walk
 
+#: The most threads a CUDA thread block may have (the product of its threadIdx extents).
+MAX_THREADS_PER_BLOCK = 1024
+
 
 def is_launch_loop(s: Stmt) -> bool:
     """Whether `s` is a loop bound to a blockIdx/threadIdx tag (a dimension of a CUDA launch)."""

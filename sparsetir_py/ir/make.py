@@ -101,6 +101,16 @@ def and_(a: PrimExpr | None, b: PrimExpr | None) -> PrimExpr | None:
     return BinOp("and", a, b)
 
 
+def conjuncts(e: PrimExpr | None) -> list[PrimExpr]:
+    """The terms of a conjunction `a and b and ...`, left to right (`and_`'s inverse); None, which
+    stands for `True`, has none."""
+    if e is None:
+        return []
+    if isinstance(e, BinOp) and e.op == "and":
+        return conjuncts(e.a) + conjuncts(e.b)
+    return [e]
+
+
 def or_(a: PrimExpr | None, b: PrimExpr) -> PrimExpr:
     return b if a is None else BinOp("or", a, b)
 

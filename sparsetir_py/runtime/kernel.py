@@ -30,9 +30,8 @@ from ..ir.buffer import FlatBuffer
 from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
+from ..ir.launch import MAX_THREADS_PER_BLOCK
 from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
-
-MAX_THREADS_PER_BLOCK = 1024
 
 
 class Kernel:

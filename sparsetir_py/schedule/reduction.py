@@ -26,7 +26,6 @@ from .state import (
     block_path,
     child_blocks,
     conjunction,
-    conjuncts,
     enclosing_block,
     facts,
     find_loop,
@@ -93,7 +92,7 @@ def _spatial_predicate(
     gone = [f.loop_var for f in dropped]
     kept_vars = [f.loop_var for f in kept]
     parts, mixed = [], False
-    for c in conjuncts(block.predicate):
+    for c in mk.conjuncts(block.predicate):
         if not uses_var(c, gone):
             parts.append(substitute(c, mapping))
         elif uses_var(c, kept_vars):

@@ -204,14 +204,6 @@ def uses_var(node: Node, variables: Iterable[Var]) -> bool:
     return any(isinstance(n, Var) and n in vs for n in walk(node))
 
 
-def conjuncts(e: PrimExpr | None) -> list[PrimExpr]:
-    if e is None:
-        return []
-    if isinstance(e, BinOp) and e.op == "and":
-        return conjuncts(e.a) + conjuncts(e.b)
-    return [e]
-
-
 def conjunction(parts: list[PrimExpr]) -> PrimExpr | None:
     out: PrimExpr | None = None
     for p in parts:

@@ -122,7 +122,7 @@ def tensorize(func: PrimFunc, loop: Var | str, intrin_name: str, target: str | N
     iter_vars = [m.outer_iter if iv is lane_iter else iv for iv in block.iter_vars]
     iter_vars = [iv for iv in iter_vars if iv is not None]
     predicate = None
-    for conjunct in _conjuncts(block.predicate):
+    for conjunct in mk.conjuncts(block.predicate):
         if not _uses(conjunct, m.loop.loop_var):
             predicate = mk.and_(predicate, conjunct)
     init = block.init
@@ -250,7 +250,7 @@ def _outer_iterator(lane_iter: IterVar, base: PrimExpr | None, width: int) -> tu
 def _loop_guard(block: Block, lane_iter: IterVar, loop: For) -> bool:
     guard = mk.cmp("<", lane_iter.value, lane_iter.extent)
     guarded = False
-    for conjunct in _conjuncts(block.predicate):
+    for conjunct in mk.conjuncts(block.predicate):
         if not _uses(conjunct, loop.loop_var):
             continue
         if conjunct != guard:
@@ -260,14 +260,6 @@ def _loop_guard(block: Block, lane_iter: IterVar, loop: For) -> bool:
             )
         guarded = True
     return guarded
-
-
-def _conjuncts(e: PrimExpr | None) -> list[PrimExpr]:
-    if e is None:
-        return []
-    if isinstance(e, BinOp) and e.op == "and":
-        return _conjuncts(e.a) + _conjuncts(e.b)
-    return [e]
 
 
 def _match_store(store: BufferStore, lane_iter: IterVar, intrin: TensorIntrin) -> tuple[BufferLoad, dict]:

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 from ..ir import make as mk
 from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Var
 from ..ir.func import IRModule, PrimFunc
+from ..ir.launch import MAX_THREADS_PER_BLOCK, launch_loops
 from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, Block, BufferStore, For, IfThenElse, SeqStmt, Stmt, seq
-from ..ir.visit import post_order_rewrite, substitute, walk
+from ..ir.visit import children, post_order_rewrite, substitute
 
 FUSE_ATTR = "horizontal_fuse"
 DISJOINT = "disjoint_writes"
-CPU_CHUNK = 16
-MAX_THREADS = 1024  # threads per CUDA block  # work units handed out at a time by the fused CPU loop
+CPU_CHUNK = 16  # work units handed out at a time by the fused CPU loop
 
 
 def horizontal_fusion(mod: PrimFunc | IRModule, *, only_marked: bool = False) -> IRModule:
@@ -113,12 +113,11 @@ class _Nest:
 
     @classmethod
     def of(cls, s: Stmt) -> _Nest:
-        nest = cls(s, *_unit(s))
-        nest.other_tags = {
-            n.thread: n.extent for n in walk(s) if _bound(n) and n.thread in ("blockIdx.y", "blockIdx.z")
-        }
-        for n in walk(s):
-            if _bound(n) and n.thread.startswith("threadIdx"):
+        bound = launch_loops(s)
+        nest = cls(s, *_unit(s, bound))
+        nest.other_tags = {n.thread: n.extent for n in bound if n.thread in ("blockIdx.y", "blockIdx.z")}
+        for n in bound:
+            if n.thread.startswith("threadIdx"):
                 size = n.extent.value if isinstance(n.extent, IntImm) else None
                 old = nest.threads.get(n.thread, 1)
                 nest.threads[n.thread] = None if size is None or old is None else max(old, size)
@@ -126,14 +125,10 @@ class _Nest:
         return nest
 
 
-def _bound(n) -> bool:
-    return isinstance(n, For) and n.kind == "thread_binding" and n.thread is not None
-
-
-def _unit(s: Stmt) -> tuple[str | None, For | None]:
-    loops = [n for n in walk(s) if isinstance(n, For)]
-    if any(_bound(n) and n.thread.startswith(("blockIdx", "threadIdx")) for n in loops):
-        bx = [n for n in loops if _bound(n) and n.thread == "blockIdx.x"]
+def _unit(s: Stmt, bound: list[For]) -> tuple[str | None, For | None]:
+    """The nest's kind and work-unit loop; `bound` are its loops bound to a launch dimension."""
+    if bound:
+        bx = [n for n in bound if n.thread == "blockIdx.x"]
         if len(bx) > 1:
             return None, None
         return "cuda", (bx[0] if bx else None)
@@ -184,8 +179,6 @@ def _effects(s: Stmt, nest: _Nest) -> None:
 
 
 def _children(node):
-    from ..ir.visit import children
-
     # Visit a store's value before anything else so that its accumulation load is known first.
     kids = list(children(node))
     if isinstance(node, BufferStore):
@@ -214,7 +207,7 @@ def _compatible(group: list[_Nest], nest: _Nest) -> bool:
         if any(v is None for v in sizes):
             return False  # a block size known only at launch: fusing could exceed the limit
         threads *= max(sizes)
-    return threads <= MAX_THREADS
+    return threads <= MAX_THREADS_PER_BLOCK
 
 
 # -------------------------------------------------------------------- the fused nest

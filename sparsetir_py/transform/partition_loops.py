@@ -91,7 +91,7 @@ def _partition(loop: For) -> Stmt | None:
             removed[0] += 1
             return n.then_case
         if isinstance(n, Block) and n.predicate is not None:
-            terms = _conjuncts(n.predicate)
+            terms = mk.conjuncts(n.predicate)
             kept = [t for t in terms if not is_guard(t)]
             if len(kept) < len(terms):
                 removed[0] += 1
@@ -131,7 +131,7 @@ def _decided(body: Stmt, is_guard, r: int, f: int) -> Stmt:
             taken = n.then_case if _offset(n.condition) < r else n.else_case
             return taken if taken is not None else seq()
         if isinstance(n, Block) and n.predicate is not None:
-            terms = _conjuncts(n.predicate)
+            terms = mk.conjuncts(n.predicate)
             if any(is_guard(t) and _offset(t) >= r for t in terms):
                 return seq()  # the block does not run for this r
             kept = [t for t in terms if not is_guard(t)]
@@ -151,9 +151,3 @@ def _offset(cond: BinOp) -> int:
     if isinstance(lhs, BinOp) and lhs.op == "+" and isinstance(lhs.b, IntImm):
         return lhs.b.value
     return 0
-
-
-def _conjuncts(e: PrimExpr) -> list[PrimExpr]:
-    if isinstance(e, BinOp) and e.op == "and":
-        return _conjuncts(e.a) + _conjuncts(e.b)
-    return [e]
