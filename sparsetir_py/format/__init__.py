@@ -9,15 +9,14 @@ nonzeros, arrays and padding), for display, plots and checks; `rules_of` calls a
 `storage` says how many positions a level stores and the shape, order and offset type of a
 buffer's values; `args` binds and checks the arguments of one call (kernels and the interpreter
 share it).
-`encoding` parses MLIR's `#sparse_tensor.encoding`; `mlir_storage` stores a tensor under one
-(`to_storage`: positions / coordinates / values per level, and back).
+`mlir` is MLIR's sparse tensor encoding: `parse_encoding` reads `#sparse_tensor.encoding`,
+`to_storage` stores a tensor under one (positions / coordinates / values per level, and back).
 """
 
 from .args import AxisData, BoundArguments, bind_arguments
 from .converters import check_converted, convert, positive_int, to_bsr, to_ell_parts, to_padded
 from .decomposition import Decomposition, Part, decompose, parameter_names, rules_of
-from .encoding import LevelType, SparseTensorEncoding, parse_encoding
-from .mlir_storage import SparseTensorStorage, to_storage
+from .mlir import LevelType, SparseTensorEncoding, SparseTensorStorage, parse_encoding, to_storage
 from .rule import FormatRewriteRule
 from .storage import eval_storage_shape, n_positions, offset_dtype, storage_order, storage_shape
 

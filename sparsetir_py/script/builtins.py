@@ -77,7 +77,7 @@ def match_sparse_buffer(
 
     With `encoding` (an MLIR `#sparse_tensor.encoding`: its text, a `T.encoding("...")`, or a
     parsed encoding captured from the enclosing scope), `axes` are the tensor's dimensions
-    (dense_fixed) and the encoding decides the stored levels (`sparsetir_py.format.encoded_buffer`).
+    (dense_fixed) and the encoding decides the stored levels (`sparsetir_py.transform.expand_encoded_buffers`).
     """
     _only_in_script("match_sparse_buffer")
 

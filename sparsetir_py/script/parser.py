@@ -370,7 +370,7 @@ class Parser:
         """Buffers declared with `encoding=` move onto their encoding's level axes (MLIR style)."""
         if not self.encoded:
             return func
-        from ..format.encoded_buffer import expand_encoded_buffers
+        from ..transform.expand_encoded_buffers import expand_encoded_buffers
 
         for buf, (enc, node) in self.encoded.items():
             try:
@@ -462,7 +462,7 @@ class Parser:
 
     def encoding_arg(self, node: ast.AST):
         """`encoding=`: encoding text, `T.encoding("...")`, or an encoding captured by name."""
-        from ..format.encoding import SparseTensorEncoding, parse_encoding
+        from ..format.mlir import SparseTensorEncoding, parse_encoding
 
         if self.call_name(node) == "encoding":
             node = self.bind(node, "encoding")["text"]

@@ -95,8 +95,8 @@ DOCTEST_MODULES = [
     "sparsetir_py.transform.lower_sparse_buffer",
     "sparsetir_py.transform.decompose_format",
     "sparsetir_py.transform.horizontal_fusion",
-    "sparsetir_py.format.encoding",
-    "sparsetir_py.format.mlir_storage",
+    "sparsetir_py.format.mlir.encoding",
+    "sparsetir_py.format.mlir.storage",
 ]
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as hs
 
 import sparsetir_py as sp
 from sparsetir_py.arith import dim
-from sparsetir_py.format.encoding import LevelCounter, LevelType
+from sparsetir_py.format.mlir import LevelCounter, LevelType
 
 CSR = "#CSR = #sparse_tensor.encoding<{\nmap = (i, j) -> (i : dense, j : compressed)\n}>"
 BSR_2x2 = """#BSR = #sparse_tensor.encoding<{

@@ -24,7 +24,7 @@ from hypothesis import strategies as hs
 from strategies import csr_matrices
 
 import sparsetir_py as sp
-from sparsetir_py.format.encoding import SparseTensorEncoding
+from sparsetir_py.format.mlir import SparseTensorEncoding
 
 E = "#sparse_tensor.encoding<{ map = %s }>"
 

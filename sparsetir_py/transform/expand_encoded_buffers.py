@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from ..arith.affine import DimId, FloorDiv, Mod
 from ..arith.interval import from_affine
 from ..errors import EncodingError
+from ..format.mlir.encoding import LevelCounter, SparseTensorEncoding, largest_constant
+from ..format.mlir.storage import argument_names
 from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, SPARSE_VARIABLE, Axis, base_axis
 from ..ir.buffer import SparseBuffer
@@ -38,8 +40,6 @@ from ..ir.expr import BufferLoad, Cast, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import AtomicAdd, BufferStore, IfThenElse, SeqStmt, SparseIteration, Stmt, seq
 from ..ir.visit import post_order_rewrite, substitute, walk
-from .encoding import LevelCounter, SparseTensorEncoding, largest_constant
-from .mlir_storage import argument_names
 
 __all__ = ["EncodedLayout", "encoded_layout", "expand_encoded_buffers"]
 

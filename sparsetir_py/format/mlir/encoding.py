@@ -46,14 +46,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod, const, dim, symbol
-from ..arith.affine import largest_constant as affine_largest_constant
-from ..arith.errors import IndexingMapError
+from ...arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod, const, dim, symbol
+from ...arith.affine import largest_constant as affine_largest_constant
+from ...arith.errors import IndexingMapError
 
 # The limits of the text, shared with indexing maps: integers (and every coefficient, constant and
 # divisor of a level expression) within int64, as MLIR keeps them; nesting at most MAX_NESTING.
-from ..arith.parser import INT64_MAX, MAX_NESTING, fits_int64
-from ..errors import EncodingError
+from ...arith.parser import INT64_MAX, MAX_NESTING, fits_int64
+from ...errors import EncodingError
 
 __all__ = [
     "DimSlice",

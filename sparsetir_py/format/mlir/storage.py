@@ -39,8 +39,8 @@ from collections.abc import Iterator
 import numpy as np
 import scipy.sparse
 
-from ..arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod
-from ..errors import EncodingError
+from ...arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod
+from ...errors import EncodingError
 from .encoding import LevelCounter, SparseTensorEncoding, index_range, parse_encoding, width_max
 
 __all__ = ["MAX_STORED_ENTRIES", "SparseTensorStorage", "argument_names", "to_storage"]
