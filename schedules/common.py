@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from sparsetir_py.ir.axis import DENSE_FIXED, Axis
-from sparsetir_py.ir.expr import BufferLoad, Var
-from sparsetir_py.ir.stmt import Block, For, SeqStmt, SparseIteration
-from sparsetir_py.ir.visit import walk
-from sparsetir_py.schedule import LoopRV, Schedule
+from sparsetir_py.errors import InputError
+from sparsetir_py.schedule import NestInfo, Schedule, sparse_iterations, top_level_nests
 
 
 def fixed_width(schedule):
@@ -87,29 +84,24 @@ def parts(target: str, shared_rows: bool = True, threads: int = 32, rows_per_blo
     launch / parallel loop, the parts in another, whatever the number of parts.
     """
     if target not in ("cpu", "cuda"):
-        raise ValueError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
+        raise InputError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
     fuse_reductions = target == "cuda" or not shared_rows
 
     def stage1(sch: Schedule) -> None:
         fuse_layers_and_rows(sch, reductions=fuse_reductions)
 
     def schedule(sch: Schedule) -> None:
-        func = sch.mod["main"]
-        nests = func.body.stmts if isinstance(func.body, SeqStmt) else (func.body,)
-        scalars = {p for p in func.params if p.dtype != "handle"}
-        for nest in nests:
-            blocks = [n for n in walk(nest) if isinstance(n, Block)]
-            if len(blocks) == 1 and blocks[0].name.endswith("_fuse_search"):
+        for nest in top_level_nests(sch.func):
+            if len(nest.blocks) == 1 and nest.blocks[0].endswith("_fuse_search"):
                 if target == "cuda":
-                    bind_row_search(sch, blocks[0].name)
+                    bind_row_search(sch, nest.blocks[0])
                 else:
-                    sch.parallel(sch.get_loops(sch.get_block(blocks[0].name))[0])
+                    sch.parallel(sch.get_loops(sch.get_block(nest.blocks[0]))[0])
                 continue
-            rows = _fused_rows_loop(nest, scalars)
-            if rows is not None and len(blocks) == 1:
-                _schedule_fused_part(sch, blocks[0].name, rows, target, shared_rows, threads, rows_per_block)
+            if nest.fused_rows is not None:
+                _schedule_fused_part(sch, nest, target, shared_rows, threads, rows_per_block)
                 continue
-            _schedule_nest(sch, nest, scalars, target, threads)
+            _schedule_nest(sch, nest, target, threads)
 
     schedule.stage1 = stage1
     schedule.__name__ = schedule.__qualname__ = f"parts_{target}" + ("" if shared_rows else "_disjoint")
@@ -123,30 +115,24 @@ def fuse_layers_and_rows(sch: Schedule, reductions: bool = True) -> None:
     over the part's rows of all layers; lowering adds a search for each row's layer (block
     `<part>_fuse_search`). Where the layers are a reduction (SpMM: a split row appears once per
     layer) only with `reductions`."""
-    func = sch.mod["main"]
-    for it in [n for n in walk(func.body) if isinstance(n, SparseIteration)]:
-        if len(it.axes) < 2 or (it.init is not None and it.kinds[:2] != "SS"):
-            continue
+    for it in sparse_iterations(sch.func):
         # "RS": SpMM over an ELL part (layers reduce, rows are outputs); "SS": SDDMM, whose parts
-        # write their own outputs (the fused loop walks all of a part's slots or blocks). "SR" (a
-        # BSR part's block rows and their blocks in SpMM): the root is the unit already.
-        if it.kinds[:2] not in ("RS", "SS") or (it.kinds[:2] == "RS" and not reductions):
+        # write their own outputs (the fused loop walks all of a part's slots or blocks), with or
+        # without init. "SR" (a BSR part's block rows and their blocks in SpMM): the root is the
+        # unit already.
+        pair = it.kinds[:2]
+        if pair not in ("RS", "SS") or (pair == "RS" and (it.has_init or not reductions)):
             continue
-        first, second = it.axes[0], it.axes[1]
-        if not (isinstance(first, Axis) and isinstance(second, Axis)):
-            continue
-        if first.kind != DENSE_FIXED or first.parent is not None or second.parent is not first:
+        if not it.over_root_and_child:
             continue
         rv = sch.get_sparse_iteration(it.name)
         o, i, *_ = sch.get_sp_iters(rv)
         sch.sparse_fuse(rv, [o, i])
 
 
-def _schedule_fused_part(sch, name, rows, target, shared_rows, threads, rows_per_block) -> None:
-    block = sch.get_block(name)
-    node = next(n for n in walk(rows) if isinstance(n, Block))
-    reduce_rows = any(iv.kind == "R" and iv.value is rows.loop_var for iv in node.iter_vars)
-    if reduce_rows:
+def _schedule_fused_part(sch: Schedule, nest: NestInfo, target, shared_rows, threads, rows_per_block) -> None:
+    block = sch.get_block(nest.blocks[0])
+    if nest.reduces_rows:
         sch.annotate(block, "atomic" if shared_rows else "disjoint_writes", True)
     loops = sch.get_loops(block)
     if target == "cpu":
@@ -155,49 +141,24 @@ def _schedule_fused_part(sch, name, rows, target, shared_rows, threads, rows_per
     outer, inner = sch.split(loops[0], [None, rows_per_block])
     sch.bind(outer, "blockIdx.x")
     sch.bind(inner, "threadIdx.y")
-    spatial = _spatial_loops(rows)
-    if spatial and spatial[-1] is not rows:
-        _, lanes = sch.split(LoopRV(spatial[-1].loop_var), [None, threads])
+    if nest.spatial[-1] != nest.fused_rows:
+        _, lanes = sch.split(nest.spatial[-1], [None, threads])
         sch.bind(lanes, "threadIdx.x")
 
 
-def _schedule_nest(sch, nest, scalars, target, threads) -> None:
-    spatial = _spatial_loops(nest)
-    if not spatial:
+def _schedule_nest(sch: Schedule, nest: NestInfo, target, threads) -> None:
+    if not nest.spatial:
         return
-    outer, inner = spatial[0], spatial[-1]
+    outer, inner = nest.spatial[0], nest.spatial[-1]
     if target == "cpu":
-        sch.parallel(LoopRV(outer.loop_var))
+        sch.parallel(outer)
         return
-    if inner is not outer or not _launch_computable(outer.extent, scalars):
-        _, lanes = sch.split(LoopRV(inner.loop_var), [None, threads])
+    if inner != outer or not nest.launch_known:
+        _, lanes = sch.split(inner, [None, threads])
         sch.bind(lanes, "threadIdx.x")
-    if _launch_computable(outer.extent, scalars):
-        sch.bind(LoopRV(outer.loop_var), "blockIdx.x")
+    if nest.launch_known:
+        sch.bind(outer, "blockIdx.x")
 
 
 parts_cpu = parts("cpu")
 parts_cuda = parts("cuda")
-
-
-def _fused_rows_loop(nest, scalars) -> For | None:
-    """The nest's outermost loop when it walks a part's fused layers and rows (lowering names the
-    loop after both iterators, and its extent, the part's row count, is a scalar)."""
-    if not isinstance(nest, For) or not _launch_computable(nest.extent, scalars):
-        return None
-    blocks = [n for n in walk(nest) if isinstance(n, Block)]
-    if len(blocks) != 1 or blocks[0].init is not None:
-        return None
-    bound = [iv for iv in blocks[0].iter_vars if iv.value is nest.loop_var]
-    return nest if bound and _spatial_loops(nest) else None
-
-
-def _spatial_loops(nest) -> list[For]:
-    """The loops (pre-order) whose variables a block binds to spatial iterators."""
-    spatial = {iv.value for n in walk(nest) if isinstance(n, Block) for iv in n.iter_vars if iv.kind == "S"}
-    return [n for n in walk(nest) if isinstance(n, For) and n.loop_var in spatial]
-
-
-def _launch_computable(extent, scalars) -> bool:
-    """An extent made of constants and scalar parameters (no buffer loads, no enclosing loop)."""
-    return not any(isinstance(n, BufferLoad) or (isinstance(n, Var) and n not in scalars) for n in walk(extent))

@@ -14,6 +14,7 @@ MODULES = [
     "sparsetir_py.schedule.compute_at",
     "sparsetir_py.schedule.reduction",
     "sparsetir_py.schedule.annotation",
+    "sparsetir_py.schedule.analysis",
 ]
 
 
