@@ -128,13 +128,18 @@ def rmat_cached(cache_dir: Path, params: RmatParams = RmatParams()) -> Path:
     return path
 
 
-def shipped_dir() -> Path:
-    """The folder of `sparsetir_py`'s shipped matrices, found without importing `sparsetir_py`
-    (a baseline's worker then never loads Numba and its OpenMP runtime)."""
+def package_dir() -> Path:
+    """The folder of the `sparsetir_py` package, found without importing it (a baseline's worker
+    then never loads Numba and its OpenMP runtime)."""
     spec = importlib.util.find_spec("sparsetir_py")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("in `shipped_dir`: sparsetir_py is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / "data"
+        raise ModuleNotFoundError("in `package_dir`: sparsetir_py is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def shipped_dir() -> Path:
+    """The folder of `sparsetir_py`'s shipped matrices, found without importing `sparsetir_py`."""
+    return package_dir() / "data"
 
 
 def load_graph(name: str, path: str | None = None) -> scipy.sparse.csr_matrix:

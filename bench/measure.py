@@ -7,14 +7,18 @@ and the geometric mean, which the parent applies to the workers' numbers. The ST
 
 from __future__ import annotations
 
-import gc
+import functools
+import importlib.util
 import math
-import time
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import scipy.sparse
+
+from .graphs import package_dir
 
 #: Relative tolerance of a result, against the magnitude `sum |a| * |b|` of each output entry.
 #: A float32 sum of L terms in any order is within about L * 6e-8 of it (worst case); rows and
@@ -130,6 +134,10 @@ def check_result(got: np.ndarray, ref: Reference, rtol: float = RTOL) -> Check:
 
 
 # -------------------------------------------------------------------- timing
+#: A paired run's calls: at least this many rounds of one call of each library.
+MIN_ROUNDS = 10
+
+
 @dataclass
 class Timing:
     """Wall-clock times of repeated calls (seconds), after warm-up."""
@@ -154,28 +162,35 @@ def time_calls(
     sync: Callable[[], None] | None = None,
 ) -> Timing:
     """Time `fn()` after `warmup` calls: up to `repeat` calls, stopping early once `budget`
-    seconds are spent (but never before `min_repeat` calls). The garbage collector is off while
-    timing, as in `timeit`; `sync` (e.g. a device synchronisation) ends every timed call."""
-    sync = sync or (lambda: None)
-    for _ in range(warmup):
-        fn()
-        sync()
-    times: list[float] = []
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        while len(times) < max(1, repeat):
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-            if len(times) >= min_repeat and time.perf_counter() - start >= budget:
-                break
-    finally:
-        if enabled:
-            gc.enable()
-    return Timing(times)
+    seconds are spent (but never before `min_repeat` calls, nor before the first). The garbage
+    collector is off while timing, as in `timeit`; `sync` (e.g. a device synchronisation) ends
+    every timed call. The package's timer with one candidate."""
+    most = max(1, repeat)
+    times = timing().time_interleaved(
+        {"fn": fn}, budget=budget, min_rounds=max(1, min(min_repeat, most)), max_rounds=most, warmup=warmup, sync=sync
+    )
+    return Timing(times["fn"])
+
+
+def interleaved(calls: dict, repeat: int, budget: float, min_rounds: int = MIN_ROUNDS) -> tuple[dict, int]:
+    """Median seconds per call of each of `calls`, timed in rounds (one call of each, in turn),
+    after two untimed rounds: at least `min_rounds` rounds, then until `budget` seconds or
+    `repeat` rounds; and the number of rounds. The package's timer with a paired run's policy."""
+    clock = timing()
+    times = clock.time_interleaved(calls, budget=budget, min_rounds=min_rounds, max_rounds=repeat, warmup=2)
+    return clock.medians(times), len(next(iter(times.values()), []))
+
+
+@functools.cache
+def timing() -> ModuleType:
+    """`sparsetir_py.runtime.timing`, the one interleaved-median timer, loaded from its file: an
+    import would run `sparsetir_py/__init__` and load Numba in a worker that times a baseline."""
+    spec = importlib.util.spec_from_file_location("bench._timing", package_dir() / "runtime" / "timing.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 # -------------------------------------------------------------------- bandwidth model

@@ -14,25 +14,22 @@ runs on the first, untimed call); then rounds of one call of each in turn, at le
 until `--budget` seconds or `--repeat` rounds. Ratio = median of the baseline / median of ours
 (above 1: sparsetir_py is faster). Writes `<out>/<op>-paired.json` and `.md`; exit status 1 when
 a result fails its check or a run of ours fails.
+
+This is the parent's side; the worker's is `bench.worker.run_paired` (job kind `paired`).
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import math
-import time
 from pathlib import Path
 
-import numpy as np
-
-from .graphs import DEFAULT_GRAPHS, is_graph_file, known_graphs, load_graph
+from .graphs import DEFAULT_GRAPHS, is_graph_file, known_graphs
 from .libraries import BASELINES, LIBRARIES, OURS
-from .measure import RTOL, check_result, geomean, operands_and_reference
+from .measure import MIN_ROUNDS, RTOL, geomean
 from .report import FLOOR, TARGETS, machine
 from .runner import Config, plan, run_worker, worker_env
 
-MIN_ROUNDS = 10
 DEFAULT_REPEAT = 200
 DEFAULT_BUDGET = 2.0
 SMOKE = {"graphs": ["cora"], "widths": [32], "baselines": ["scipy"], "repeat": 12, "budget": 0.2}
@@ -151,69 +148,3 @@ def markdown(report: dict) -> str:
     for f in report["failures"]:
         lines.append(f"- FAILED {f.get('graph')} width {f.get('width')}: {f['message'][:300]}")
     return "\n".join(lines) + "\n"
-
-
-# -------------------------------------------------------------------- the worker's side
-def run_group(job: dict, emit) -> None:
-    """In the worker: every width of one graph, ours against each baseline, calls interleaved."""
-    op, threads = job["op"], int(job["threads"])
-    ours = LIBRARIES[OURS["cpu"]]
-    libs = {name: LIBRARIES[name] for name in job["baselines"]}
-    for lib in (ours, *libs.values()):
-        lib.set_threads(threads)
-    graph = job["graph"]
-    A = load_graph(graph["name"], graph.get("path"))
-    seed = int(job["seed"])
-    for width in job["widths"]:
-        where = {"graph": graph["name"], "width": width}
-        try:
-            operands, ref = operands_and_reference(op, A, width, seed)
-            prepared = {"ours": ours.prepare(op, A, operands, format="auto")}
-            prepared.update({name: lib.prepare(op, A, operands) for name, lib in libs.items()})
-            for name, p in prepared.items():
-                check = check_result(p.extract(p.fn()), ref, rtol=float(job["rtol"]))
-                if not check.ok:
-                    raise _Wrong(f"{name}: {check.message}")
-            del ref
-            calls = {k: p.fn for k, p in prepared.items()}
-            medians, rounds = interleaved(calls, int(job["repeat"]), float(job["budget"]))
-        except _Wrong as e:
-            emit({"event": "wrong", **where, "message": str(e)})
-            continue
-        except Exception as e:  # reported; the next width still runs
-            emit({"event": "error", **where, "message": f"{type(e).__name__}: {e}"[:2000]})
-            continue
-        emit({
-            "event": "result", **where, "nnz": int(A.nnz), "rounds": rounds, "ours_ms": medians["ours"] * 1e3,
-            "chosen": prepared["ours"].chosen,
-            "baseline_ms": {b: medians[b] * 1e3 for b in libs},
-            "ratios": {b: medians[b] / medians["ours"] for b in libs},
-        })  # fmt: skip
-
-
-class _Wrong(Exception):
-    """A result that failed its check against scipy."""
-
-
-def interleaved(calls: dict, repeat: int, budget: float) -> tuple[dict, int]:
-    """Median seconds per call of each of `calls`, timed in rounds (one call of each, in turn),
-    after two untimed rounds: at least `MIN_ROUNDS` rounds, then until `budget` seconds or `repeat`
-    rounds. The garbage collector is off while timing, as in `timeit`."""
-    for _ in range(2):
-        for fn in calls.values():
-            fn()
-    times: dict = {k: [] for k in calls}
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        start, rounds = time.perf_counter(), 0
-        while rounds < MIN_ROUNDS or (rounds < repeat and time.perf_counter() - start < budget):
-            for k, fn in calls.items():
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
-            rounds += 1
-    finally:
-        if enabled:
-            gc.enable()
-    return {k: float(np.median(v)) for k, v in times.items()}, rounds

@@ -8,7 +8,6 @@ after the other, so drifts in machine load spread over all libraries alike.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from tqdm import tqdm
 from .graphs import RMAT, RmatParams, graph_file_stem, is_graph_file, rmat_cached
 from .libraries import BASELINES, LIBRARIES, OURS, cuda_missing
 from .measure import RTOL
-from .worker import MARK
+from .protocol import decode, write_job
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the folder holding `bench/`
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -102,11 +101,11 @@ def run_worker(job: dict, env: dict[str, str], timeout: float, command: Sequence
         timer.start()
         try:
             assert proc.stdin and proc.stdout
-            proc.stdin.write(json.dumps(job))
-            proc.stdin.close()
+            write_job(job, proc.stdin)
             for line in proc.stdout:
-                if line.startswith(MARK):
-                    yield json.loads(line[len(MARK) :])
+                event = decode(line)
+                if event is not None:
+                    yield event
             code = proc.wait()
         finally:
             timer.cancel()

@@ -1,36 +1,26 @@
-"""One measurement group in its own process: `python -m bench.worker` reads a JSON job on stdin.
+"""The worker side of every job: `python -m bench.worker` reads a JSON job on stdin and runs it.
 
-A job is the STREAM triad (`{"kind": "stream", "n": ..., "trials": ...}`), one library on one
-graph at several widths (`{"kind": "group", "op", "library", "graph", "widths", ...}`), or ours
-and baselines interleaved in this one process (`{"kind": "paired", ...}`: `bench.paired`).
-Separate processes keep libraries from sharing threading runtimes (Numba's GNU OpenMP, MKL's and
-torch's OpenMP) and let each pin its own thread count from the environment the parent set.
+`JOBS` maps a job's `kind` to what runs it: the STREAM triad (`stream`), one library on one graph
+at several widths (`group`), or ours and baselines interleaved in this one process (`paired`,
+for `bench.paired`). Separate processes keep libraries from sharing threading runtimes (Numba's
+GNU OpenMP, MKL's and torch's OpenMP) and let each pin its own thread count from the environment
+the parent set.
 
-The worker writes one JSON object per line, prefixed with `MARK`, to stdout; libraries may print
-other lines, which the parent ignores. Per width it reports `ok` (checked, then timed), `wrong`
-(the check against scipy failed: not timed), or `error` (an exception, with its message).
+Events go to the parent as `bench.protocol` writes them. Per width a `group` reports `ok`
+(checked, then timed), `wrong` (the check against scipy failed: not timed), or `error` (an
+exception, with its message); a `paired` job reports `result`, `wrong` or `error`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
 
 import numpy as np
 
-MARK = "@@bench "
-
-Emit = Callable[[dict], None]
-
-
-def emit_stdout(event: dict) -> None:
-    """Write one event line for the parent."""
-    sys.stdout.write(MARK + json.dumps(event) + "\n")
-    sys.stdout.flush()
+from .protocol import Emit, emit_stdout, read_job
 
 
 def environment(threads_of: dict[str, int | str]) -> dict:
@@ -149,17 +139,59 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000] + at
 
 
-def main() -> int:
-    job = json.loads(sys.stdin.read())
-    np.seterr(all="ignore")
-    if job["kind"] == "stream":
-        run_stream(job, emit_stdout)
-    elif job["kind"] == "paired":
-        from .paired import run_group as run_paired
+def run_paired(job: dict, emit: Emit) -> None:
+    """Every width of one graph, ours against each baseline, calls interleaved (`bench.paired`)."""
+    from .graphs import load_graph
+    from .libraries import LIBRARIES, OURS
+    from .measure import check_result, interleaved, operands_and_reference
 
-        run_paired(job, emit_stdout)
-    else:
-        run_group(job, emit_stdout)
+    op, threads = job["op"], int(job["threads"])
+    ours = LIBRARIES[OURS["cpu"]]
+    libs = {name: LIBRARIES[name] for name in job["baselines"]}
+    for lib in (ours, *libs.values()):
+        lib.set_threads(threads)
+    graph = job["graph"]
+    A = load_graph(graph["name"], graph.get("path"))
+    seed = int(job["seed"])
+    for width in job["widths"]:
+        where = {"graph": graph["name"], "width": width}
+        try:
+            operands, ref = operands_and_reference(op, A, width, seed)
+            prepared = {"ours": ours.prepare(op, A, operands, format="auto")}
+            prepared.update({name: lib.prepare(op, A, operands) for name, lib in libs.items()})
+            for name, p in prepared.items():
+                check = check_result(p.extract(p.fn()), ref, rtol=float(job["rtol"]))
+                if not check.ok:
+                    raise _Wrong(f"{name}: {check.message}")
+            del ref
+            calls = {k: p.fn for k, p in prepared.items()}
+            medians, rounds = interleaved(calls, int(job["repeat"]), float(job["budget"]))
+        except _Wrong as e:
+            emit({"event": "wrong", **where, "message": str(e)})
+            continue
+        except Exception as e:  # reported; the next width still runs
+            emit({"event": "error", **where, "message": f"{type(e).__name__}: {e}"[:2000]})
+            continue
+        emit({
+            "event": "result", **where, "nnz": int(A.nnz), "rounds": rounds, "ours_ms": medians["ours"] * 1e3,
+            "chosen": prepared["ours"].chosen,
+            "baseline_ms": {b: medians[b] * 1e3 for b in libs},
+            "ratios": {b: medians[b] / medians["ours"] for b in libs},
+        })  # fmt: skip
+
+
+class _Wrong(Exception):
+    """A result that failed its check against scipy."""
+
+
+#: A job's `kind` -> what runs it in the worker.
+JOBS = {"stream": run_stream, "group": run_group, "paired": run_paired}
+
+
+def main() -> int:
+    job = read_job(sys.stdin)
+    np.seterr(all="ignore")
+    JOBS[job["kind"]](job, emit_stdout)
     return 0
 
 

@@ -1,7 +1,10 @@
 """References, result checks, timing and the traffic model of the benchmark."""
 
 import math
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +23,8 @@ from bench.measure import (
     time_calls,
 )
 from sparsetir_py.data import load_matrix
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def random_csr(m=40, n=30, density=0.2, seed=0) -> scipy.sparse.csr_matrix:
@@ -112,6 +117,19 @@ def test_time_calls_runs_sync_after_every_call():
     order = []
     time_calls(lambda: order.append("call"), repeat=3, budget=1.0, warmup=1, sync=lambda: order.append("sync"))
     assert order == ["call", "sync"] * 4
+
+
+def test_timing_without_importing_sparsetir_py():
+    """A worker that times a baseline loads the package's timer from its file, not through
+    `import sparsetir_py` (which would load Numba and its OpenMP layer beside the baseline's)."""
+    code = (
+        "import sys; from bench.measure import time_calls, timing; time_calls(lambda: None, 3, 0.0); "
+        "print('sparsetir_py' in sys.modules, timing().__file__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported, path = done.stdout.split()
+    assert imported == "False" and Path(path).parts[-3:] == ("sparsetir_py", "runtime", "timing.py")
 
 
 def test_bytes_moved_model():

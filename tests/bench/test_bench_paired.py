@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.paired import MIN_ROUNDS, interleaved, summarize
+from bench.measure import MIN_ROUNDS, interleaved
+from bench.paired import summarize
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,9 @@ import pytest
 
 from bench import libraries
 from bench.libraries import LIBRARIES, Library, Prepared, StructureMismatch, same_structure
+from bench.protocol import MARK
 from bench.runner import Config, run_worker, worker_env
-from bench.worker import MARK, run_group
+from bench.worker import run_group
 
 
 def job(op="spmm", library="scipy", graph="karate", widths=(4, 8), **extra):
