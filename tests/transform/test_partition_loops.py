@@ -17,6 +17,7 @@ from strategies import rows_of_every_length, split_matrices
 
 import sparsetir_py as sp
 from schedules.spmm import csr_cpu_rows, csr_cpu_rows_x4
+from sparsetir_py import script as T
 from sparsetir_py.ir.expr import Select
 from sparsetir_py.ir.stmt import For
 from sparsetir_py.ir.visit import walk
@@ -70,3 +71,76 @@ def test_full_chunks_have_no_guard_and_results_are_unchanged():
 def test_functions_without_split_guards_are_left_alone():
     f = _stage3(csr_cpu_rows)["main"]
     assert partition_loops(f)["main"] is f or partition_loops(f)["main"] == f
+
+
+# -------------------------------------------------------------------- before / expected
+@T.prim_func
+def sum_pairs(a: T.handle, s: T.handle, n: T.int32):
+    """A sum over `A` two terms at a time (as `dot_2` tensorizes it): `split(j, [None, 2])`
+    guards each term with `j_outer * 2 + c < n`."""
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    S = T.match_buffer(s, (1,), "float32")
+    for j_outer in range((n + 1) // 2):
+        S[0] = S[0] + (
+            T.if_then_else(j_outer * 2 < n, A[j_outer * 2], T.float32(0))
+            + T.if_then_else(j_outer * 2 + 1 < n, A[j_outer * 2 + 1], T.float32(0))
+        )
+
+
+@T.prim_func
+def sum_pairs_partitioned(a: T.handle, s: T.handle, n: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    S = T.match_buffer(s, (1,), "float32")
+    for j_outer in T.serial(n // 2):
+        S[0] = S[0] + (A[j_outer * 2] + A[j_outer * 2 + 1])
+    for j_outer_tail in T.serial(n // 2, n // 2 + ((n + 1) // 2 - n // 2)):
+        S[0] = S[0] + (A[j_outer_tail * 2] + T.float32(0))
+
+
+def test_selects_of_full_chunks_go_and_the_partial_chunk_is_decided():
+    """The full pairs add both terms unguarded; the partial pair (one element left) adds the
+    first term and the second's `else` value."""
+    sp.assert_structural_equal(partition_loops(sum_pairs)["main"], sum_pairs_partitioned)
+
+
+@T.prim_func
+def fill_pairs(a: T.handle, n: T.int32):
+    """Two blocks per chunk of two, each predicated on its own element."""
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    for j_outer in range((n + 1) // 2):
+        with T.block("even"):
+            vo = T.axis.spatial((n + 1) // 2, j_outer)
+            T.where(j_outer * 2 < n)
+            A[vo * 2] = T.float32(1)
+        with T.block("odd"):
+            vo = T.axis.spatial((n + 1) // 2, j_outer)
+            T.where(j_outer * 2 + 1 < n)
+            A[vo * 2 + 1] = T.float32(2)
+
+
+@T.prim_func
+def fill_pairs_partitioned(a: T.handle, n: T.int32):
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    for j_outer in T.serial(n // 2):
+        with T.block("even"):
+            vo = T.axis.spatial((n + 1) // 2, j_outer)
+            A[vo * 2] = T.float32(1)
+        with T.block("odd"):
+            vo_1 = T.axis.spatial((n + 1) // 2, j_outer)
+            A[vo_1 * 2 + 1] = T.float32(2)
+    for j_outer_tail in T.serial(n // 2, n // 2 + ((n + 1) // 2 - n // 2)):
+        with T.block("even_r1"):
+            vo_r1 = T.axis.spatial((n + 1) // 2, j_outer_tail)
+            A[vo_r1 * 2] = T.float32(1)
+
+
+def test_block_predicates_of_full_chunks_go_and_the_partial_chunk_keeps_its_blocks():
+    """The full pairs run both blocks without predicates; the partial pair runs a copy of the
+    first block (named for its remainder, `_r1`) and drops the second, whose element is past `n`."""
+    after = partition_loops(fill_pairs)["main"]
+    sp.verify(after)
+    sp.assert_structural_equal(after, fill_pairs_partitioned)
