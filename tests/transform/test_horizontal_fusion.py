@@ -226,6 +226,97 @@ def test_compile_fuses_only_marked_functions():
     assert len(sp.horizontal_fusion(marked, only_marked=True)["main"].body.stmts) == 2
 
 
+# -------------------------------------------------------------------- before / expected
+@T.prim_func
+def two_fills(x: T.handle, y: T.handle, n: T.int32, k: T.int32):
+    """Two parallel loops that share nothing."""
+    T.func_attr({"stage": 3})
+    X = T.match_buffer(x, (n,), "float32")
+    Y = T.match_buffer(y, (k,), "float32")
+    for i in T.parallel(n):
+        X[i] = T.float32(1)
+    for j in T.parallel(k):
+        Y[j] = T.float32(2)
+
+
+@T.prim_func
+def two_fills_fused(x: T.handle, y: T.handle, n: T.int32, k: T.int32):
+    T.func_attr({"stage": 3})
+    X = T.match_buffer(x, (n,), "float32")
+    Y = T.match_buffer(y, (k,), "float32")
+    for u_fused in T.parallel(n + k, annotations={"chunk_size": 16}):
+        if u_fused < n:
+            X[u_fused] = T.float32(1)
+        else:
+            Y[u_fused - n] = T.float32(2)
+
+
+def test_cpu_loops_become_one_loop_over_both_ranges():
+    """One parallel loop over the work units of both, handed out in chunks; unit `u` runs the
+    first loop's iteration `u` below `n`, else the second's `u - n`."""
+    sp.assert_structural_equal(sp.horizontal_fusion(two_fills)["main"], two_fills_fused)
+
+
+@T.prim_func
+def three_launches(x: T.handle, y: T.handle, n: T.int32, k: T.int32):
+    """Two launches that share nothing, then one that updates what the first wrote."""
+    T.func_attr({"stage": 3})
+    X = T.match_buffer(x, (n, 32), "float32")
+    Y = T.match_buffer(y, (k, 64), "float32")
+    for bx in T.thread_binding(n, thread="blockIdx.x"):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            X[bx, tx] = T.float32(1)
+    for by in T.thread_binding(k, thread="blockIdx.x"):
+        for ty in T.thread_binding(64, thread="threadIdx.x"):
+            Y[by, ty] = T.float32(2)
+    for bz in T.thread_binding(n, thread="blockIdx.x"):
+        for tz in T.thread_binding(32, thread="threadIdx.x"):
+            X[bz, tz] = X[bz, tz] + T.float32(1)
+
+
+@T.prim_func
+def three_launches_fused(x: T.handle, y: T.handle, n: T.int32, k: T.int32):
+    T.func_attr({"stage": 3})
+    X = T.match_buffer(x, (n, 32), "float32")
+    Y = T.match_buffer(y, (k, 64), "float32")
+    for bx_fused in T.thread_binding(n + k, thread="blockIdx.x"):
+        if bx_fused < n:
+            for tx in T.thread_binding(32, thread="threadIdx.x"):
+                X[bx_fused, tx] = T.float32(1)
+        else:
+            for ty in T.thread_binding(64, thread="threadIdx.x"):
+                Y[bx_fused - n, ty] = T.float32(2)
+    for bz in T.thread_binding(n, thread="blockIdx.x"):
+        for tz in T.thread_binding(32, thread="threadIdx.x"):
+            X[bz, tz] = X[bz, tz] + T.float32(1)
+
+
+def test_cuda_launches_share_one_grid_and_a_dependent_one_stays_apart():
+    """The first two nests become one launch of `n + k` blocks, each running its part's threads
+    (the block size is the larger, 64); the third reads X, so it stays a launch of its own."""
+    sp.assert_structural_equal(sp.horizontal_fusion(three_launches)["main"], three_launches_fused)
+
+
+@T.prim_func
+def wide_blocks(x: T.handle, y: T.handle, n: T.int32):
+    """Two independent launches whose blocks together would need 512 x 4 threads."""
+    T.func_attr({"stage": 3})
+    X = T.match_buffer(x, (n, 512), "float32")
+    Y = T.match_buffer(y, (n, 4, 256), "float32")
+    for bx in T.thread_binding(n, thread="blockIdx.x"):
+        for tx in T.thread_binding(512, thread="threadIdx.x"):
+            X[bx, tx] = T.float32(1)
+    for by in T.thread_binding(n, thread="blockIdx.x"):
+        for ty in T.thread_binding(4, thread="threadIdx.y"):
+            for tx in T.thread_binding(256, thread="threadIdx.x"):
+                Y[by, ty, tx] = T.float32(2)
+
+
+def test_cuda_launches_stay_apart_past_the_thread_limit():
+    """A fused block would have max(512, 256) x 4 = 2048 threads, past CUDA's 1024: unchanged."""
+    sp.assert_structural_equal(sp.horizontal_fusion(wide_blocks)["main"], wide_blocks)
+
+
 # -------------------------------------------------------------------- golden files
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_golden_fused_kernel(target):
