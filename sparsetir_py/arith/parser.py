@@ -16,7 +16,8 @@ Hostile text is refused with an `IndexingMapError` at the offending place, in ti
 text: parentheses, and `floordiv`/`mod`/`ceildiv` applied to one another, nest at most
 MAX_NESTING deep; integer literals, and the constants, coefficients and divisors of every
 expression's canonical form, fit int64; chains (`a + b + ...`, `- - d0`, `d0 * 2 * 2`) are read by
-loops. These are the limits of `parse_encoding`'s level expressions.
+loops. `AffineParser` with `MLIR_SYNTAX` reads the level expressions of `parse_encoding` (in
+`format.mlir`), with the same limits.
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ class AffineParser:
     CHECK_EVERY_SUM = True
     #: The parts of a canonical form named in its int64 message.
     CANONICAL_PARTS = "a constant, coefficient or divisor"
+    #: Fold a product's constant operands into its scale as they come (`2 * 3 * x`: 2, then 6),
+    #: so that the factor whose product leaves int64 is the one named; when False a leading
+    #: constant is folded only when a variable follows.
+    FOLD_CONSTANTS = False
 
     def __init__(self, source: str, what: str, syntax: Syntax = XLA_SYNTAX, start: int = 0, stop: int | None = None):
         self.source = source
@@ -296,6 +301,8 @@ class AffineParser:
         and at the end, so that `x * 2 * 2 ...` rescales `x` once."""
         acc, depth = self.unary(scope)
         scale = 1
+        if self.FOLD_CONSTANTS and acc.is_constant:
+            scale, acc = acc.constant, const(1)
         while self.token.kind in ("op", "ident") and self.token.text in _MUL_OPS:
             op_token = self.advance()
             rhs, rhs_depth = self.unary(scope)
@@ -317,6 +324,8 @@ class AffineParser:
             self.check_divisor(op_token, rhs)
             acc = self.divide(op_token, acc.scale(scale), rhs.constant)
             scale = 1
+            if self.FOLD_CONSTANTS and acc.is_constant:
+                scale, acc = acc.constant, const(1)
         return acc.scale(scale), depth
 
     def non_affine_product(self, lhs: AffineExpr, rhs: AffineExpr, op_token: Token) -> NoReturn:

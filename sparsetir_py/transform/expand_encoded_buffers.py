@@ -1,20 +1,22 @@
 """Sparse buffers declared by an MLIR encoding: `T.match_sparse_buffer(a, (I, J), dtype, encoding=enc)`.
 
 The script names the tensor's dimensions (dense_fixed axes `I`, `J`) and computes over them, as
-an MLIR kernel does; the encoding decides how the buffer is stored. The frontend expands the
-declaration into the level axes the encoding implies and rewrites every sparse iteration that
-reads (or writes) the buffer to walk those levels instead of the dimensions:
+an MLIR kernel does; the encoding decides how the buffer is stored. The frontend runs this pass
+on the function it parsed (a statement-rewriting pass, as TVM's lowering passes are): it expands
+the declaration into the level axes the encoding implies and rewrites every sparse iteration
+that reads (or writes) the buffer to walk those levels instead of the dimensions:
 
-- `dense` levels become dense_fixed axes; leading dense levels above a sparse one are merged
-  into one dense_fixed root (`i * n + jb` for 2:4, `slice * m + i` for ELL), since a sparse
-  level's row is the position of all dense levels above it;
-- `compressed` becomes sparse_variable (`<a>_pos<l>`, `<a>_crd<l>`, `<a>_nnz<l>`); a compressed
-  top level (DCSR, COO, a sparse vector) hangs under a dense_fixed root of length 1;
-- `singleton` becomes sparse_fixed with one coordinate per parent (COO's column);
-- `n_out_of_m(n, m)` / `block2_4` becomes sparse_fixed with `n` coordinates in a group of `m`;
-- `dense` levels below a sparse one (BSR's block cells) become dense_fixed inner axes.
+- leading `dense` levels above a sparse one are merged into one dense_fixed root (`i * n + jb`
+  for 2:4, `slice * m + i` for ELL), since a sparse level's row is the position of all dense
+  levels above it; a sparse top level (DCSR, COO, a sparse vector) hangs under a dense_fixed root
+  of length 1;
+- every other level becomes the axes its kind says (`format.mlir.levels.LEVEL_KINDS[...].expand`:
+  `compressed` a sparse_variable axis (`<a>_pos<l>`, `<a>_crd<l>`, `<a>_nnz<l>`), `singleton`
+  a sparse_fixed axis with one coordinate per parent (COO's column), `n_out_of_m(n, m)` /
+  `block2_4` a sparse_fixed axis with `n` coordinates in a group of `m`, `dense` below a sparse
+  level (BSR's block cells) a dense_fixed inner axis).
 
-The new parameters are named by `format.mlir_storage.argument_names`, so the output of
+The new parameters are named by `format.mlir.argument_names`, so the output of
 `sp.to_storage(A, enc, name="a")` is the kernel's keyword arguments for `a`. In the rewritten
 iteration every use of a dimension iterator becomes that dimension's coordinate computed from
 the level iterators (the encoding's inverse map), the buffer is read by the level iterators, and
@@ -28,13 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..arith.affine import DimId, FloorDiv, Mod
 from ..arith.interval import from_affine
 from ..errors import EncodingError
-from ..format.mlir.encoding import LevelCounter, SparseTensorEncoding, largest_constant
-from ..format.mlir.storage import argument_names
+from ..format.mlir import SparseTensorEncoding, argument_names
+from ..format.mlir.levels import LevelAt, LevelCounter, SizeArith, largest_constant, level_size
 from ..ir import make as mk
-from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, SPARSE_VARIABLE, Axis, base_axis
+from ..ir.axis import DENSE_FIXED, Axis, base_axis
 from ..ir.buffer import SparseBuffer
 from ..ir.expr import BufferLoad, Cast, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
@@ -93,26 +94,23 @@ def _check_constants(enc: SparseTensorEncoding, idtype: str) -> None:
                 "use posWidth = crdWidth = 0 or 64"
             )
     for lt in enc.level_types:
-        if lt.format == "n_out_of_m" and lt.m > limit:
+        if lt.m > limit:  # n_out_of_m's group size (0 for the other kinds)
             raise EncodingError(f"`{lt}` holds {lt.m}, beyond the script's index dtype {idtype} (at most {limit})")
 
 
-def _level_size(e, dim_lengths: list[PrimExpr], idtype: str) -> PrimExpr:
-    if isinstance(e, LevelCounter):
-        return IntImm(e.slices, idtype)
-    atom = e.atom
-    if isinstance(atom, DimId):
-        return mk.cast(idtype, dim_lengths[atom.index])
-    inner = atom.lhs.atom if isinstance(atom, FloorDiv | Mod) else None
-    if isinstance(atom, FloorDiv) and isinstance(inner, DimId):
-        c = atom.divisor
-        return mk.binop(
-            "//", mk.add(mk.cast(idtype, dim_lengths[inner.index]), IntImm(c - 1, idtype)), IntImm(c, idtype)
+def _script_sizes(idtype: str) -> SizeArith:
+    """`level_size` over a script's axis lengths: IR expressions of the level axes' dtype."""
+
+    def refuse(e, sizes):
+        raise EncodingError(
+            f"in a script, a level expression must be `i`, `i floordiv c`, `i mod c` or a counting level, but got `{e}`"
         )
-    if isinstance(atom, Mod) and isinstance(inner, DimId):
-        return IntImm(atom.divisor, idtype)
-    raise EncodingError(
-        f"in a script, a level expression must be `i`, `i floordiv c`, `i mod c` or a counting level, but got `{e}`"
+
+    return SizeArith(
+        const=lambda c: IntImm(c, idtype),
+        dim=lambda length: mk.cast(idtype, length),
+        ceildiv=lambda size, c: mk.binop("//", mk.add(size, IntImm(c - 1, idtype)), IntImm(c, idtype)),
+        other=refuse,
     )
 
 
@@ -152,7 +150,8 @@ def encoded_layout(
 
     lay = EncodedLayout(buf, enc, {})
     dim_lengths = [a.length for a in buf.axes]
-    lay.sizes = [_level_size(e, dim_lengths, idtype) for e in enc.level_exprs]
+    sizes = _script_sizes(idtype)
+    lay.sizes = [level_size(e, dim_lengths, sizes) for e in enc.level_exprs]
     types = enc.level_types
     first_sparse = next((k for k, lt in enumerate(types) if lt.format != "dense"), None)
     prefix = f"{buf.name}_"
@@ -178,61 +177,17 @@ def encoded_layout(
     inner_dense = False
     for k in range(first_sparse, len(types)):
         lt = types[k]
-        name = prefix + enc.level_name(k)
-        if lt.format == "dense":
-            inner_dense = True
-            add(Axis(name, DENSE_FIXED, lay.sizes[k], idtype=idtype), [k])
-            continue
-        if inner_dense:
+        if inner_dense and lt.format != "dense":
             raise EncodingError(
                 f"level {k} ({lt}) lies below a dense level that lies below a sparse one; scripts support dense "
                 "levels only above the first sparse level or at the bottom"
             )
-        if lt.format == "compressed" and not lt.is_unique:
-            # COO's rows repeat: one dense_variable point per stored element (positions), each with
-            # one coordinate (a sparse_fixed child of one), so no row holds a coordinate twice.
-            pos, crd, nnz = param(f"pos{k}", "handle"), param(f"crd{k}", "handle"), param(f"nnz{k}", idtype)
-            elems = add(Axis(name + "_pos", DENSE_VARIABLE, nnz, parent=parent, nnz=nnz, indptr=pos, idtype=idtype), [])
-            axis = Axis(
-                name, SPARSE_FIXED, lay.sizes[k], parent=elems, nnz_cols=IntImm(1, idtype), indices=crd, idtype=idtype
-            )
-        elif lt.format == "compressed":
-            pos, crd, nnz = param(f"pos{k}", "handle"), param(f"crd{k}", "handle"), param(f"nnz{k}", idtype)
-            axis = Axis(
-                name,
-                SPARSE_VARIABLE,
-                lay.sizes[k],
-                parent=parent,
-                nnz=nnz,
-                indptr=pos,
-                indices=crd,
-                idtype=idtype,
-                sorted=lt.is_ordered and lt.is_unique,
-            )
-        elif lt.format == "singleton":
-            axis = Axis(
-                name,
-                SPARSE_FIXED,
-                lay.sizes[k],
-                parent=parent,
-                nnz_cols=IntImm(1, idtype),
-                indices=param(f"crd{k}", "handle"),
-                idtype=idtype,
-            )
-        elif lt.format == "n_out_of_m":
-            axis = Axis(
-                name,
-                SPARSE_FIXED,
-                IntImm(lt.m, idtype),
-                parent=parent,
-                nnz_cols=IntImm(lt.n, idtype),
-                indices=param(f"crd{k}", "handle"),
-                idtype=idtype,
-                sorted=lt.is_ordered,
-            )
-        else:
+        inner_dense |= lt.format == "dense"
+        if lt.kind.expand is None:
             raise EncodingError(f"{lt.format} levels are not supported in scripts (to_storage stores them)")
-        parent = add(axis, [k])
+        name = prefix + enc.level_name(k)
+        for axis, group in lt.kind.expand(LevelAt(k, lt, lay.sizes[k]), name, parent, param, idtype):
+            parent = add(axis, group)
     return lay, new_params
 
 

@@ -17,7 +17,9 @@ The grammar is MLIR's (see its SparseTensor dialect documentation):
     prop      := `nonunique` | `nonordered` | `soa` | `high`
 
 Level expressions are `sparsetir_py.arith` affine expressions over the dimensions (`+`, `-`,
-`*` by a constant, `floordiv`, `ceildiv`, `mod`); the one non-affine form is ELL's counting level
+`*` by a constant, `floordiv`, `ceildiv`, `mod`), read by arith's own `AffineParser` (the parser
+of indexing maps, in MLIR's syntax): this module adds the attribute's grammar around them. The
+one non-affine form is ELL's counting level
 `c * K * i` (a symbol times the number of slices `K` times a dimension). The inverse map
 (levels -> dimensions) is taken from the explicit form or derived for permutations and
 `floordiv`/`mod` blocks, and checked: it must compose with the forward map to the identity.
@@ -41,19 +43,18 @@ be as long as the text.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NoReturn
 
-from ...arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod, const, dim, symbol
-from ...arith.affine import largest_constant as affine_largest_constant
+from ...arith.affine import AffineExpr, DimId, FloorDiv, Mod, SymbolId, dim, symbol
 from ...arith.errors import IndexingMapError
 
 # The limits of the text, shared with indexing maps: integers (and every coefficient, constant and
 # divisor of a level expression) within int64, as MLIR keeps them; nesting at most MAX_NESTING.
-from ...arith.parser import INT64_MAX, MAX_NESTING, fits_int64
+from ...arith.parser import INT64_MAX, MAX_NESTING, MLIR_SYNTAX, AffineParser, Token
 from ...errors import EncodingError
+from .levels import LEVEL_PROPERTIES, LevelCounter, LevelExpr, LevelType, level_size, width_dtype
 
 __all__ = [
     "DimSlice",
@@ -63,8 +64,6 @@ __all__ = [
     "parse_encoding",
 ]
 
-LEVEL_FORMATS = ("dense", "compressed", "loose_compressed", "singleton", "n_out_of_m")
-LEVEL_PROPERTIES = ("nonunique", "nonordered", "soa", "high")
 POS_WIDTHS = (0, 8, 16, 32, 64)
 CRD_WIDTHS = (0, 1, 2, 4, 8, 16, 32, 64)
 _KEYS = (
@@ -79,7 +78,6 @@ _KEYS = (
     "pointerBitWidth",
     "indexBitWidth",
 )
-_MUL_OPS = ("*", "floordiv", "ceildiv", "mod")
 _LEVEL_SPELLINGS = ("dense", "compressed", "loose_compressed", "singleton", "block2_4", "n_out_of_m", "structured")
 
 
@@ -87,57 +85,7 @@ _LEVEL_SPELLINGS = ("dense", "compressed", "loose_compressed", "singleton", "blo
 # The model
 
 
-@dataclass(frozen=True, slots=True)
-class LevelType:
-    """One level's storage format and properties (`compressed(nonunique)`, `n_out_of_m(2, 4)`)."""
-
-    format: str
-    properties: frozenset[str] = frozenset()
-    n: int = 0  # n_out_of_m only
-    m: int = 0
-
-    @property
-    def is_unique(self) -> bool:
-        return "nonunique" not in self.properties
-
-    @property
-    def is_ordered(self) -> bool:
-        return "nonordered" not in self.properties
-
-    @property
-    def has_positions(self) -> bool:
-        return self.format in ("compressed", "loose_compressed")
-
-    @property
-    def has_coordinates(self) -> bool:
-        return self.format in ("compressed", "loose_compressed", "singleton", "n_out_of_m")
-
-    def __str__(self) -> str:
-        props = [p for p in LEVEL_PROPERTIES if p in self.properties]
-        if self.format == "n_out_of_m":
-            if (self.n, self.m) == (2, 4):
-                return "block2_4" + (f"({', '.join(props)})" if props else "")
-            return f"n_out_of_m({', '.join([str(self.n), str(self.m), *props])})"
-        return self.format + (f"({', '.join(props)})" if props else "")
-
-
 _PLAIN_LEVEL_TYPES = {f: LevelType(f) for f in ("dense", "compressed", "loose_compressed", "singleton")}
-
-
-@dataclass(frozen=True, slots=True)
-class LevelCounter:
-    """ELL's counting level `c * slices * i`: the rank of a stored element among those with the
-    same coordinate of dimension `dim` (each rank its own slice, `slices` of them)."""
-
-    symbol: int
-    dim: int
-    slices: int
-
-    def dims_used(self) -> frozenset[int]:
-        return frozenset((self.dim,))
-
-    def to_string(self, dim_names: Sequence[str], symbol_names: Sequence[str]) -> str:
-        return f"{symbol_names[self.symbol]} * {self.slices} * {dim_names[self.dim]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +99,6 @@ class DimSlice:
     def __str__(self) -> str:
         vals = ", ".join("?" if v is None else str(v) for v in (self.offset, self.size, self.stride))
         return f"#sparse_tensor<slice({vals})>"
-
-
-LevelExpr = AffineExpr | LevelCounter
 
 
 @dataclass(frozen=True)
@@ -183,11 +128,11 @@ class SparseTensorEncoding:
 
     @property
     def pos_dtype(self) -> str:
-        return _width_dtype(self.pos_width)
+        return width_dtype(self.pos_width)
 
     @property
     def crd_dtype(self) -> str:
-        return _width_dtype(self.crd_width)
+        return width_dtype(self.crd_width)
 
     def level_sizes(self, shape: Sequence[int]) -> tuple[int, ...]:
         """The extent of each level for a tensor of dimension sizes `shape`."""
@@ -232,186 +177,82 @@ class SparseTensorEncoding:
         return f"parse_encoding({str(self)!r})"
 
 
-def _width_dtype(width: int) -> str:
-    if width == 0:
-        return "int64"
-    return f"int{max(8, width)}"
-
-
-def width_max(width: int) -> int:
-    """The largest value an index of `width` bits may hold (signed storage; 0 = native int64)."""
-    if width == 0:
-        return 2**63 - 1
-    if width < 8:
-        return 2**width - 1
-    return 2 ** (width - 1) - 1
-
-
-def level_size(e: LevelExpr, shape: Sequence[int]) -> int:
-    """MLIR's level size: `i` -> size(i), `i floordiv c` -> ceil(size / c), `i mod c` -> c, a
-    counting level -> its number of slices; otherwise the largest value over the shape, plus one.
-    A level whose coordinates (or the steps computing them) leave int64 is an EncodingError."""
-    if isinstance(e, LevelCounter):
-        return e.slices
-    atom = e.atom
-    if isinstance(atom, DimId):
-        return shape[atom.index]
-    inner = atom.lhs.atom if isinstance(atom, FloorDiv | Mod) else None
-    if isinstance(atom, FloorDiv) and isinstance(inner, DimId):
-        return -(-shape[inner.index] // atom.divisor)
-    if isinstance(atom, Mod) and isinstance(inner, DimId):
-        return atom.divisor
-    if e.symbols_used():
-        raise EncodingError(f"level expression `{e}` uses a symbol, whose value a tensor does not give")
-    hull = index_range(e, [Interval(0, s - 1) for s in shape], f"level expression `{e}` over the shape {tuple(shape)}")
-    if hull.is_empty:
-        return 0
-    if hull.lo < 0:
-        raise EncodingError(f"level expression `{e}` can be negative over the shape {tuple(shape)}")
-    if hull.hi + 1 > INT64_MAX:
-        raise EncodingError(
-            f"level expression `{e}` over the shape {tuple(shape)} has {hull.hi + 1} coordinates, "
-            f"more than a 64-bit index counts (at most {INT64_MAX})"
-        )
-    return hull.hi + 1
-
-
-def index_range(e: AffineExpr, dims: Sequence[Interval], what: str) -> Interval:
-    """The values `e` takes over the box `dims` (one interval per dimension, symbols refused),
-    computed with Python integers. Every step of evaluating `e` in int64 the way numpy does (the
-    constant, then each `coefficient * atom` added in turn, divisions of inner sums) must stay
-    within int64: else an EncodingError saying that `what` reaches the first value beyond it.
-    Empty when a dimension is empty (then nothing is evaluated)."""
-    if any(d.is_empty for d in dims):
-        return Interval.empty()
-    return _checked_range(e, dims, what)
-
-
-def _checked_range(e: AffineExpr, dims: Sequence[Interval], what: str) -> Interval:
-    total = _within_int64(Interval.point(e.constant), what)
-    for atom, k in e.terms:
-        _within_int64(Interval.point(k), what)  # numpy takes the coefficient as an int64
-        if isinstance(atom, FloorDiv | Mod):
-            _within_int64(Interval.point(atom.divisor), what)
-        if isinstance(atom, FloorDiv):
-            part = _checked_range(atom.lhs, dims, what).floordiv(atom.divisor)
-        elif isinstance(atom, Mod):
-            part = _checked_range(atom.lhs, dims, what).mod(atom.divisor)
-        elif isinstance(atom, DimId):
-            part = dims[atom.index]
-        else:
-            raise EncodingError(f"{what} uses a symbol, whose value a tensor does not give")
-        total = _within_int64(total + _within_int64(part.scale(k), what), what)
-    return total
-
-
-def _within_int64(r: Interval, what: str) -> Interval:
-    for end in (r.lo, r.hi):
-        if end is None or not -INT64_MAX - 1 <= end <= INT64_MAX:
-            raise EncodingError(
-                f"{what} reaches {end}, which does not fit a 64-bit index (from {-INT64_MAX - 1} to {INT64_MAX})"
-            )
-    return r
-
-
 # ---------------------------------------------------------------------------------------------
-# Lexer and parser
-
-# One match per token, with the blanks and `//` comments before it (possessive: no backtracking).
-_TOKEN = re.compile(
-    r"(?:\s|//[^\n]*)*+(?:(?P<int>[0-9]+)|(?P<ident>[A-Za-z_][A-Za-z0-9_$]*)|(?P<string>\"[^\"\n]*\")"
-    r"|(?P<arrow>->)|(?P<punct>[()\[\]{}<>,:=*+\-?#.])|(?P<end>\Z)|(?P<bad>.))",
-    re.DOTALL,
-)
+# The parser
 
 
-class _Tok(NamedTuple):
-    kind: str  # int, ident, string, op, eof
-    text: str
-    start: int
+class _Parser(AffineParser):
+    """MLIR's attribute grammar over `AffineParser`, which reads the tokens (MLIR_SYNTAX) and the
+    level expressions; the class constants and overrides keep MLIR's wording of errors."""
 
+    EXPECTED = "expected {what}, but found {found}"
+    AN_EXPRESSION = "an affine expression (a variable, an integer or `(`)"
+    CLOSING_PAREN = "`)` closing the parenthesised expression"
+    CANONICAL_PARTS = "a coefficient, constant or divisor"
+    # A level expression's canonical form is checked once, as a whole (`i * K - i * K` is fine
+    # whatever K), and constant factors fold as they come, so an overflowing one is named.
+    CHECK_EVERY_SUM = False
+    FOLD_CONSTANTS = True
 
-_TOKEN_KINDS = {"int": "int", "ident": "ident", "string": "string", "arrow": "op", "punct": "op"}
+    def __init__(self, text: str, start: int = 0, stop: int | None = None):
+        """Parse `text`, or its piece `[start, stop)` (a quoted level type), so that errors point
+        into the whole."""
+        super().__init__(text, "encoding", MLIR_SYNTAX, start, stop)
+        self.lex_all()
 
+    def lex_all(self) -> None:
+        """Lex the whole text once first: a bad character or an integer beyond int64 is reported
+        wherever it is, before any error of the grammar."""
+        token = self.token
+        while token.kind != "eof":
+            token = self.lex(token.end)
 
-def _describe(tok: _Tok) -> str:
-    return "the end of the text" if tok.kind == "eof" else f"`{tok.text}`"
+    # -- hooks of AffineParser -------------------------------------------------------------------
+    def fail(self, message: str, pos: int | None = None) -> NoReturn:
+        raise EncodingError(message, self.source, self.token.start if pos is None else pos)
 
+    def describe(self, token: Token | None = None) -> str:
+        token = token or self.token
+        return "the end of the text" if token.kind == "eof" else f"`{token.text}`"
 
-class _Parser:
-    def __init__(self, text: str, offset: int = 0, whole: str | None = None):
-        """Parse `text`; a piece of a larger text (a quoted level type) gives its `offset` in the
-        `whole`, so that errors point into the whole."""
-        self.text = text if whole is None else whole
-        self.tokens = self._lex(text, offset, self.text)
-        self.i = 0
-        self.tok = self.tokens[0]  # the current token, tokens[i]
-        self.nesting = 0  # open parentheses in the expression being read
+    def unknown_variable(self, name: str, scope: dict[str, AffineExpr]) -> str:
+        known = list(scope)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        listed = ", ".join(known[:8]) + (f", ... ({len(known)} in all)" if len(known) > 8 else "")
+        return f"unknown variable `{name}`: expected one of {listed or '(none)'}{hint}"
 
-    @staticmethod
-    def _lex(text: str, offset: int, whole: str) -> list[_Tok]:
-        out = []
-        for m in _TOKEN.finditer(text):
-            kind = m.lastgroup
-            if kind == "end":
-                break
-            pos = m.start(kind)
-            if kind == "bad":
-                raise EncodingError(f"unexpected character {m.group(kind)!r}", whole, offset + pos)
-            word = m.group(kind)
-            if kind == "int" and not fits_int64(word):
-                shown = word if len(word) <= 40 else f"{word[:20]}... ({len(word)} digits)"
-                raise EncodingError(
-                    f"the integer {shown} does not fit a 64-bit integer (at most {INT64_MAX})", whole, offset + pos
-                )
-            if kind == "int":
-                word = word.lstrip("0") or "0"  # `int()` refuses past 4300 characters, zeros too
-            out.append(_Tok(_TOKEN_KINDS[kind], word, offset + pos))
-        out.append(_Tok("eof", "", offset + len(text)))
-        return out
+    def non_affine_product(self, lhs: AffineExpr, rhs: AffineExpr, op_token: Token) -> NoReturn:
+        self.fail(
+            f"not an affine expression: non-affine product `({lhs}) * ({rhs})`: one side must be a constant",
+            op_token.start,
+        )
+
+    def checked_scale(self, value: int, op_token: Token) -> int:
+        if abs(value) > INT64_MAX:
+            self.fail(f"the coefficient {value} does not fit a 64-bit integer (at most {INT64_MAX})", op_token.start)
+        return value
+
+    def check_divisor(self, op_token: Token, rhs: AffineExpr) -> None:
+        """MLIR's divisors: positive constants (within int64)."""
+        if not rhs.is_constant or rhs.constant <= 0:
+            self.fail(f"`{op_token.text}` needs a positive integer divisor, but got `{rhs}`", op_token.start)
+        if rhs.constant > INT64_MAX:
+            self.fail(f"the divisor {rhs.constant} does not fit a 64-bit integer (at most {INT64_MAX})", op_token.start)
 
     # -- token helpers ---------------------------------------------------------------------------
-    def peek(self, k: int = 1) -> _Tok:
-        return self.tokens[min(self.i + k, len(self.tokens) - 1)]
+    def error(self, message: str, tok: Token) -> EncodingError:
+        return EncodingError(message, self.source, tok.start)
 
-    def advance(self) -> _Tok:
-        tok = self.tok
-        if self.i + 1 < len(self.tokens):
-            self.i += 1
-            self.tok = self.tokens[self.i]
-        return tok
-
-    def fail(self, expected: str, tok: _Tok | None = None) -> EncodingError:
-        tok = tok or self.tok
-        return EncodingError(f"expected {expected}, but found {_describe(tok)}", self.text, tok.start)
-
-    def error(self, message: str, tok: _Tok) -> EncodingError:
-        return EncodingError(message, self.text, tok.start)
-
-    def at(self, text: str) -> bool:
-        tok = self.tok
-        return tok.text == text and (tok.kind == "op" or tok.kind == "ident")
-
-    def accept(self, text: str) -> bool:
-        if self.at(text):
-            self.advance()
-            return True
-        return False
-
-    def expect(self, text: str, what: str | None = None) -> _Tok:
-        if not self.at(text):
-            raise self.fail(what or f"`{text}`")
-        return self.advance()
-
-    def ident(self, what: str) -> _Tok:
-        if self.tok.kind != "ident":
-            raise self.fail(what)
+    def ident(self, what: str) -> Token:
+        if self.token.kind != "ident":
+            self.expected(what)
         return self.advance()
 
     def integer(self, what: str) -> int:
-        if self.tok.kind != "int":
-            raise self.fail(what)
-        return int(self.advance().text)
+        if self.token.kind != "int":
+            self.expected(what)
+        return int(self.advance().text.lstrip("0") or "0")  # leading zeros count against int()'s limit
 
     def comma_list(self, close: str, item, what: str) -> list:
         """Items separated by commas up to `close` (consumed); an empty list is allowed."""
@@ -423,7 +264,7 @@ class _Parser:
             if self.accept(close):
                 return items
             if not self.accept(","):
-                raise self.fail(f"`,` or `{close}` in {what}")
+                self.expected(f"`,` or `{close}` in {what}")
 
     # -- the attribute ---------------------------------------------------------------------------
     def parse(self) -> SparseTensorEncoding:
@@ -437,21 +278,21 @@ class _Parser:
             self.expect("#", "`#sparse_tensor.encoding<{`")
             tok = self.ident("`sparse_tensor`")
             if tok.text != "sparse_tensor":
-                raise self.fail("`sparse_tensor`", tok)
+                self.expected("`sparse_tensor`", tok)
             self.expect(".", "`.encoding` after `#sparse_tensor`")
             tok = self.ident("`encoding`")
             if tok.text != "encoding":
-                raise self.fail("`encoding`", tok)
+                self.expected("`encoding`", tok)
             self.expect("<", "`<` after `#sparse_tensor.encoding`")
             enc = self.parse_dict()
             self.expect(">", "`>` closing `#sparse_tensor.encoding<`")
-        if self.tok.kind != "eof":
-            raise self.fail("the end of the encoding")
+        if self.token.kind != "eof":
+            self.expected("the end of the encoding")
         return enc
 
     def parse_dict(self) -> SparseTensorEncoding:
         open_tok = self.expect("{", "`{` opening the encoding's entries")
-        entries: dict[str, tuple[_Tok, object]] = {}
+        entries: dict[str, tuple[Token, object]] = {}
 
         def entry():
             key = self.ident("an entry name (`map`, `posWidth`, `crdWidth`)")
@@ -471,11 +312,11 @@ class _Parser:
         self.comma_list("}", entry, "the encoding's entries")
         return self.build(entries, open_tok)
 
-    def entry_value(self, key: str, key_tok: _Tok):
+    def entry_value(self, key: str, key_tok: Token):
         if key == "map":
             return self.parse_map()
         if key in ("posWidth", "crdWidth"):
-            tok = self.tok
+            tok = self.token
             width = self.integer(f"an integer bit width after `{key_tok.text} =`")
             allowed = POS_WIDTHS if key == "posWidth" else CRD_WIDTHS
             if width not in allowed:
@@ -487,16 +328,17 @@ class _Parser:
         # dimToLvl
         tok = self.ident("`affine_map<`")
         if tok.text != "affine_map":
-            raise self.fail("`affine_map<`", tok)
+            self.expected("`affine_map<`", tok)
         self.expect("<", "`<` after `affine_map`")
         dims, syms = self.map_vars()
         self.expect("->", "`->` in the affine map")
         self.expect("(", "`(` opening the affine map's results")
-        exprs = self.comma_list(")", lambda: self.expr(dims, syms, allow_counter=True), "the affine map's results")
+        scope = _scope(dims, syms)
+        exprs = self.comma_list(")", lambda: self.level_expr(scope, allow_counter=True), "the affine map's results")
         self.expect(">", "`>` closing `affine_map<`")
         return ([d.text for d in dims], [s.text for s in syms], exprs, tok)
 
-    def map_vars(self) -> tuple[list[_Tok], list[_Tok]]:
+    def map_vars(self) -> tuple[list[Token], list[Token]]:
         self.expect("(", "`(` opening the dimension list")
         dims = self.comma_list(")", lambda: self.ident("a dimension name"), "the dimension list")
         syms = []
@@ -505,7 +347,7 @@ class _Parser:
         self.check_unique(dims + syms)
         return dims, syms
 
-    def check_unique(self, toks: list[_Tok]) -> None:
+    def check_unique(self, toks: list[Token]) -> None:
         seen = set()
         for t in toks:
             if t.text in seen:
@@ -516,21 +358,20 @@ class _Parser:
 
     # -- map = [syms]{lvls}(dims) -> (levels) ----------------------------------------------------
     def parse_map(self):
-        start = self.tok
-        syms: list[_Tok] = []
-        lvl_vars: list[_Tok] | None = None
+        start = self.token
+        syms: list[Token] = []
+        lvl_vars: list[Token] | None = None
         if self.accept("["):
             syms = self.comma_list("]", lambda: self.ident("a symbol name"), "the symbol list")
         if self.accept("{"):
             lvl_vars = self.comma_list("}", lambda: self.ident("a level variable name"), "the level variables")
         if not self.at("("):
-            raise self.fail("`(` opening the dimension list of `map`" + ("" if syms else " (or `[` symbols)"))
+            self.expected("`(` opening the dimension list of `map`" + ("" if syms else " (or `[` symbols)"))
         self.advance()
-        dims: list[_Tok] = []
-        dim_exprs: list[tuple[_Tok, _Tok, object]] = []
+        dims: list[Token] = []
+        dim_exprs: list[tuple[Token, AffineExpr]] = []
         slices: list[DimSlice | None] = []
-        lvl_scope = {t.text: k for k, t in enumerate(lvl_vars or [])}
-        sym_scope = {t.text: k for k, t in enumerate(syms)}
+        lvl_scope = _scope(lvl_vars or [], syms)
 
         def dim_spec():
             name = self.ident("a dimension name")
@@ -542,7 +383,7 @@ class _Parser:
                         "(`{l0, l1, ...}` before the dimensions)",
                         name,
                     )
-                dim_exprs.append((name, self.tok, self.expr_tree()))
+                dim_exprs.append((name, self.level_expr(lvl_scope)))
                 slices.append(None)
             elif self.accept(":"):
                 slices.append(self.dim_slice())
@@ -552,17 +393,17 @@ class _Parser:
         self.comma_list(")", dim_spec, "the dimension list")
         self.check_unique(syms + dims + (lvl_vars or []))
         if dim_exprs and len(dim_exprs) != len(dims):
-            named = {n.text for n, _, _ in dim_exprs}
+            named = {n.text for n, _ in dim_exprs}
             missing = next(t for t in dims if t.text not in named)
             raise self.error(f"dimension `{missing.text}` needs an expression like the others (`name = ...`)", missing)
         self.expect("->", "`->` between the dimensions and the levels")
         self.expect("(", "`(` opening the level list")
-        dim_scope = {t.text: k for k, t in enumerate(dims)}
-        levels: list[tuple[_Tok, LevelExpr, LevelType, _Tok | None]] = []
+        dim_scope = _scope(dims, syms)
+        levels: list[tuple[Token, LevelExpr, LevelType, Token | None]] = []
 
         def level_spec():
             name = None
-            if self.tok.kind == "ident" and self.peek().text == "=" and self.peek().kind == "op":
+            if self.token.kind == "ident" and self.peek().text == "=" and self.peek().kind == "op":
                 name = self.advance()
                 self.advance()
                 k = len(levels)
@@ -581,10 +422,10 @@ class _Parser:
                         name,
                     )
             elif lvl_vars is not None:
-                raise self.fail(f"`{lvl_vars[len(levels)].text} =`" if len(levels) < len(lvl_vars) else "`)`")
-            e = self.expr(dims, syms, allow_counter=True, scope=(dim_scope, sym_scope))
+                self.expected(f"`{lvl_vars[len(levels)].text} =`" if len(levels) < len(lvl_vars) else "`)`")
+            e = self.level_expr(dim_scope, allow_counter=True)
             self.expect(":", "`:` and a level type after the level expression")
-            type_tok = self.tok
+            type_tok = self.token
             lt = self.level_type()
             levels.append((type_tok, e, lt, name))
 
@@ -595,7 +436,7 @@ class _Parser:
             )
         inverse = None
         if dim_exprs:
-            inverse = [self.checked_affine(tree, lvl_scope, sym_scope, start) for _, start, tree in dim_exprs]
+            inverse = [e for _, e in dim_exprs]
         return {
             "start": start,
             "dims": [t.text for t in dims],
@@ -603,7 +444,7 @@ class _Parser:
             "lvl_vars": [t.text for t in lvl_vars] if lvl_vars is not None else None,
             "levels": levels,
             "inverse": inverse,
-            "inverse_toks": [t for t, _, _ in dim_exprs],
+            "inverse_toks": [t for t, _ in dim_exprs],
             "slices": slices,
         }
 
@@ -611,11 +452,11 @@ class _Parser:
         self.expect("#", "`#sparse_tensor<slice(...)>` after `:`")
         tok = self.ident("`sparse_tensor`")
         if tok.text != "sparse_tensor":
-            raise self.fail("`sparse_tensor`", tok)
+            self.expected("`sparse_tensor`", tok)
         self.expect("<", "`<` after `#sparse_tensor`")
         tok = self.ident("`slice`")
         if tok.text != "slice":
-            raise self.fail("`slice`", tok)
+            self.expected("`slice`", tok)
         self.expect("(", "`(` after `slice`")
 
         def value():
@@ -625,18 +466,18 @@ class _Parser:
 
         vals = self.comma_list(")", value, "the slice")
         if len(vals) != 3:
-            close = self.tokens[self.i - 1]
+            close = self.previous
             raise self.error(f"expected three slice values (offset, size, stride), but got {len(vals)}", close)
         self.expect(">", "`>` closing `#sparse_tensor<`")
         if vals[2] == 0:
-            raise self.fail("a positive slice stride")
+            self.expected("a positive slice stride")
         return DimSlice(*vals)
 
     # -- level types -----------------------------------------------------------------------------
     def level_type(self) -> LevelType:
-        tok = self.tok
+        tok = self.token
         if tok.kind != "ident":
-            raise self.fail("a level type (dense, compressed, loose_compressed, singleton, block2_4, n_out_of_m)")
+            self.expected("a level type (dense, compressed, loose_compressed, singleton, block2_4, n_out_of_m)")
         name = self.advance().text
         if name not in _LEVEL_SPELLINGS:
             close = difflib.get_close_matches(name, _LEVEL_SPELLINGS, n=1)
@@ -647,7 +488,7 @@ class _Parser:
                 tok,
             )
         n = m = 0
-        props: list[_Tok] = []
+        props: list[Token] = []
         if name == "n_out_of_m":
             self.expect("(", "`(n, m)` after `n_out_of_m`")
             n = self.integer("the integer n of n_out_of_m(n, m)")
@@ -692,12 +533,12 @@ class _Parser:
             return _PLAIN_LEVEL_TYPES[fmt]  # shared: thousands of levels need not build thousands
         return LevelType(fmt, frozenset(seen), n, m)
 
-    def level_type_string(self) -> tuple[_Tok, LevelType]:
+    def level_type_string(self) -> tuple[Token, LevelType]:
         """One string of the old `lvlTypes = [...]`: `"compressed"`, `"compressed-nu-no"`,
         `"singleton(nonunique)"`, `"block2_4"`."""
-        tok = self.tok
+        tok = self.token
         if tok.kind != "string":
-            raise self.fail('a quoted level type such as "dense" or "compressed"')
+            self.expected('a quoted level type such as "dense" or "compressed"')
         self.advance()
         body = tok.text[1:-1]
         base, *suffixes = body.split("-")
@@ -706,207 +547,77 @@ class _Parser:
         for s in suffixes:
             if s not in old:
                 raise EncodingError(
-                    f"unknown level type suffix `-{s}` in {tok.text}: expected -nu or -no", self.text, tok.start
+                    f"unknown level type suffix `-{s}` in {tok.text}: expected -nu or -no", self.source, tok.start
                 )
             extra.append(old[s])
-        sub = _Parser(base, tok.start + 1, self.text)
+        sub = _Parser(self.source, tok.start + 1, tok.start + 1 + len(base))
         lt = sub.level_type()
-        if sub.tok.kind != "eof":
-            raise sub.fail(f"the end of level type {tok.text}")
+        if sub.token.kind != "eof":
+            sub.expected(f"the end of level type {tok.text}")
         if extra:
             if lt.format == "dense":
-                raise EncodingError(f"a dense level takes no -nu/-no suffix: {tok.text}", self.text, tok.start)
+                raise EncodingError(f"a dense level takes no -nu/-no suffix: {tok.text}", self.source, tok.start)
             lt = LevelType(lt.format, lt.properties | frozenset(extra), lt.n, lt.m)
         return tok, lt
 
     # -- expressions -----------------------------------------------------------------------------
-    # A tree node is ("num", value, None, tok, depth) | ("var", name, None, tok, depth)
-    # | ("neg", node, None, tok, depth) | (op, lhs, rhs, op_tok, depth), where depth counts the
-    # divisions (`floordiv`, `ceildiv`, `mod`) nested in the node. Operators of one precedence
-    # make left-deep chains, which the parser builds and `to_affine` walks with loops; only
-    # parentheses recurse, and they are bounded by MAX_NESTING as they are read.
-    def expr_tree(self):
-        """`term (('+' | '-') term)*` as a tree."""
-        node = self.term()
-        while self.at("+") or self.at("-"):
-            op = self.advance()
-            rhs = self.term()
-            node = (op.text, node, rhs, op, max(node[4], rhs[4]))
-        return node
-
-    def term(self):
-        """`factor (('*' | 'floordiv' | 'ceildiv' | 'mod') factor)*` as a tree."""
-        node = self.factor()
-        while self.at("*") or self.at("floordiv") or self.at("ceildiv") or self.at("mod"):
-            op = self.advance()
-            rhs = self.factor()
-            depth = max(node[4], rhs[4]) + (op.text != "*")
-            if depth > MAX_NESTING:
-                raise self.error(
-                    f"the expression is nested deeper than {MAX_NESTING} levels of `floordiv`, `ceildiv` and `mod`",
-                    op,
-                )
-            node = (op.text, node, rhs, op, depth)
-        return node
-
-    def factor(self):
-        """`'-'* operand`: the signs are counted in a loop (`- - i` is `i`)."""
-        tok = self.tok
-        negate = False
-        while self.accept("-"):
-            negate = not negate
-        node = self.operand()
-        return ("neg", node, None, tok, node[4]) if negate else node
-
-    def operand(self):
-        tok = self.tok
-        if self.accept("("):
-            self.nesting += 1
-            if self.nesting > MAX_NESTING:
-                raise self.error(f"the expression is nested deeper than {MAX_NESTING} levels of parentheses", tok)
-            node = self.expr_tree()
-            self.expect(")", "`)` closing the parenthesised expression")
-            self.nesting -= 1
-            return node
-        if tok.kind == "int":
-            return ("num", int(self.advance().text), None, tok, 0)
-        if tok.kind == "ident" and tok.text not in ("floordiv", "ceildiv", "mod"):
-            return ("var", self.advance().text, None, tok, 0)
-        raise self.fail("an affine expression (a variable, an integer or `(`)")
-
-    def expr(self, dims, syms, allow_counter=False, scope=None) -> LevelExpr:
-        start = self.tok
-        tree = self.expr_tree()
-        if scope is None:
-            scope = ({t.text: k for k, t in enumerate(dims)}, {t.text: k for k, t in enumerate(syms)})
-        dim_scope, sym_scope = scope
+    def level_expr(self, scope: dict[str, AffineExpr], allow_counter=False) -> LevelExpr:
+        """An affine expression over the variables of `scope` (`AffineParser.expr`), or with
+        `allow_counter` ELL's counting level; its canonical form must fit int64."""
+        start = self.token
         if allow_counter:
-            counter = self.counter(tree, dim_scope, sym_scope, start)
+            counter = self.counter(scope)
             if counter is not None:
                 return counter
-        return self.checked_affine(tree, dim_scope, sym_scope, start)
+        return self.check_canonical(self.expr(scope), start.start)
 
-    def counter(self, tree, dim_scope, sym_scope, start: _Tok) -> LevelCounter | None:
-        """`c * K * i` in any order (a symbol, a positive constant, a dimension)."""
-        if tree[0] != "*":
-            return None
-        factors = []
-        stack = [tree]
-        while stack:
-            n = stack.pop()
-            if n[0] == "*":
-                stack.extend((n[2], n[1]))
-            else:
-                factors.append(n)
-        syms = [f for f in factors if f[0] == "var" and f[1] in sym_scope]
-        dims_ = [f for f in factors if f[0] == "var" and f[1] in dim_scope]
-        nums = [f for f in factors if f[0] == "num"]
-        if len(syms) != 1 or len(dims_) != 1 or len(syms) + len(dims_) + len(nums) != len(factors):
+    def counter(self, scope: dict[str, AffineExpr]) -> LevelCounter | None:
+        """`c * K * i` in any order and grouping (a symbol, positive constants, a dimension), the
+        whole expression; else None and nothing read."""
+        saved = (self.previous, self.token)
+        start = self.token
+        factors = self.product_factors()
+        atoms = [scope[t.text].atom if t.kind == "ident" and t.text in scope else None for t in factors or ()]
+        syms = [a for a in atoms if isinstance(a, SymbolId)]
+        dims_ = [a for a in atoms if isinstance(a, DimId)]
+        nums = [t for t in factors or () if t.kind == "int"]
+        if len(atoms) < 2 or len(syms) != 1 or len(dims_) != 1 or len(nums) != len(atoms) - 2:
+            self.previous, self.token = saved
             return None
         slices = 1
-        for f in nums:
-            slices *= f[1]
+        for t in nums:
+            slices *= int(t.text.lstrip("0") or "0")
             if slices > INT64_MAX:
                 raise self.error(f"the counting level's number of slices exceeds {INT64_MAX} (a 64-bit integer)", start)
         if slices <= 0:
-            raise self.error("a counting level needs a positive number of slices", nums[0][3] if nums else tree[3])
-        return LevelCounter(sym_scope[syms[0][1]], dim_scope[dims_[0][1]], slices)
+            raise self.error("a counting level needs a positive number of slices", nums[0])
+        return LevelCounter(syms[0].index, dims_[0].index, slices)
 
-    def checked_affine(self, tree, dim_scope, sym_scope, start: _Tok) -> AffineExpr:
-        """`to_affine`, then every coefficient, constant and divisor of the canonical form must fit
-        int64 (sums are checked here, once: `i * K - i * K` is fine whatever K)."""
-        e = self.to_affine(tree, dim_scope, sym_scope)
-        value = _beyond_int64(e)
-        if value is not None:
-            raise self.error(
-                f"the expression holds {value} (a coefficient, constant or divisor of its canonical form), "
-                f"which does not fit a 64-bit integer (at most {INT64_MAX})",
-                start,
-            )
-        return e
-
-    def to_affine(self, node, dim_scope, sym_scope) -> AffineExpr:
-        kind = node[0]
-        if kind in ("+", "-"):
-            return self.sum_to_affine(node, dim_scope, sym_scope)
-        if kind in _MUL_OPS:
-            return self.product_to_affine(node, dim_scope, sym_scope)
-        if kind == "num":
-            return const(node[1])
-        if kind == "neg":
-            return -self.to_affine(node[1], dim_scope, sym_scope)
-        name, tok = node[1], node[3]
-        if name in dim_scope:
-            return dim(dim_scope[name])
-        if name in sym_scope:
-            return symbol(sym_scope[name])
-        known = list(dim_scope) + list(sym_scope)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean `{close[0]}`?" if close else ""
-        listed = ", ".join(known[:8]) + (f", ... ({len(known)} in all)" if len(known) > 8 else "")
-        raise self.error(f"unknown variable `{name}`: expected one of {listed or '(none)'}{hint}", tok)
-
-    def sum_to_affine(self, node, dim_scope, sym_scope) -> AffineExpr:
-        """A chain `a + b - c ...`: the summands are added pairwise, in a balanced tree, so a long sum
-        costs n log n and not n^2."""
-        summands = []
-        while node[0] in ("+", "-"):
-            summands.append((node[0] == "-", node[2]))
-            node = node[1]
-        summands.append((False, node))
-        parts = []
-        for negate, sub in reversed(summands):
-            e = self.to_affine(sub, dim_scope, sym_scope)
-            parts.append(-e if negate else e)
-        while len(parts) > 1:
-            parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k] for k in range(0, len(parts), 2)]
-        return parts[0]
-
-    def product_to_affine(self, node, dim_scope, sym_scope) -> AffineExpr:
-        """A chain `a * 2 floordiv 3 mod 4 ...`, left to right. Constant factors gather in `scale`,
-        applied once before a division and at the end, so `x * 2 * 2 ...` rescales x once; `scale`
-        must stay within int64 (MLIR's affine constants are int64)."""
-        ops = []
-        while node[0] in _MUL_OPS:
-            ops.append(node)
-            node = node[1]
-        acc = self.to_affine(node, dim_scope, sym_scope)
-        scale = 1
-        if acc.is_constant:
-            scale, acc = acc.constant, None  # None: the product so far is the constant `scale`
-        for op_node in reversed(ops):
-            op, tok = op_node[0], op_node[3]
-            b = self.to_affine(op_node[2], dim_scope, sym_scope)
-            if op == "*":
-                if b.is_constant:
-                    scale = self.checked_scale(scale * b.constant, tok)
-                elif acc is None:
-                    acc = b
-                else:
-                    raise self.error(
-                        f"not an affine expression: non-affine product `({acc.scale(scale)}) * ({b})`: "
-                        "one side must be a constant",
-                        tok,
-                    )
-                continue
-            if not b.is_constant or b.constant <= 0:
-                raise self.error(f"`{op}` needs a positive integer divisor, but got `{b}`", tok)
-            if b.constant > INT64_MAX:
-                raise self.error(f"the divisor {b.constant} does not fit a 64-bit integer (at most {INT64_MAX})", tok)
-            lhs = const(scale) if acc is None else acc.scale(scale)
-            acc = {"floordiv": lhs.floordiv, "ceildiv": lhs.ceildiv, "mod": lhs.mod}[op](b.constant)
-            scale = 1
-            if acc.is_constant:
-                scale, acc = acc.constant, None
-        return const(scale) if acc is None else acc.scale(scale)
-
-    def checked_scale(self, value: int, tok: _Tok) -> int:
-        if abs(value) > INT64_MAX:
-            raise self.error(f"the coefficient {value} does not fit a 64-bit integer (at most {INT64_MAX})", tok)
-        return value
+    def product_factors(self) -> list[Token] | None:
+        """The names and integers of a product `f * f ...` (`f`: a name, an integer or a
+        parenthesised product) that ends the expression here, or None (then the affine grammar
+        reads the text and reports what is wrong)."""
+        factors: list[Token] = []
+        depth = 0
+        while True:
+            while self.at("("):
+                depth += 1
+                if depth > MAX_NESTING:
+                    return None
+                self.advance()
+            if self.token.kind not in ("ident", "int") or self.token.text in MLIR_SYNTAX.keywords:
+                return None
+            factors.append(self.advance())
+            while depth and self.accept(")"):
+                depth -= 1
+            if not self.accept("*"):
+                break
+        if depth or any(self.at(op) for op in ("+", "-", "floordiv", "ceildiv", "mod")):
+            return None
+        return factors
 
     # -- assembling and checking -----------------------------------------------------------------
-    def build(self, entries: dict, open_tok: _Tok) -> SparseTensorEncoding:
+    def build(self, entries: dict, open_tok: Token) -> SparseTensorEncoding:
         pos_width = entries.get("posWidth", (None, 0))[1]
         crd_width = entries.get("crdWidth", (None, 0))[1]
         if "map" in entries:
@@ -930,7 +641,7 @@ class _Parser:
             )
         if "lvlTypes" not in entries:
             raise EncodingError(
-                "expected a `map = ...` entry (or the old `lvlTypes = [...]`)", self.text, open_tok.start
+                "expected a `map = ...` entry (or the old `lvlTypes = [...]`)", self.source, open_tok.start
             )
         key_tok, typed = entries["lvlTypes"]
         types = [lt for _, lt in typed]
@@ -1077,18 +788,11 @@ def _composes_to_identity(inv: AffineExpr, d: int, exprs: Sequence[LevelExpr], s
         return False
 
 
-def _beyond_int64(e: AffineExpr) -> int | None:
-    """A coefficient, constant or divisor of `e` (nested ones included) outside int64, if any."""
-    value = largest_constant(e)
-    return value if value > INT64_MAX else None
-
-
-def largest_constant(e: LevelExpr) -> int:
-    """The largest magnitude among the integers written in `e`: its constant, coefficients and
-    divisors, nested ones included (a counting level: its number of slices)."""
-    if isinstance(e, LevelCounter):
-        return e.slices
-    return affine_largest_constant(e)
+def _scope(dims: Sequence[Token], syms: Sequence[Token]) -> dict[str, AffineExpr]:
+    """The variables of an expression: dimension (or level) k is `dim(k)`, symbol k `symbol(k)`."""
+    scope = {t.text: dim(k) for k, t in enumerate(dims)}
+    scope.update((t.text, symbol(k)) for k, t in enumerate(syms))
+    return scope
 
 
 def parse_encoding(text: str) -> SparseTensorEncoding:

@@ -7,17 +7,8 @@
     print(st)                           # MLIR-style dump
     kernel(**st, b=B, c=C, ...)         # the arguments of a script that declares A by `encoding=`
 
-Per level type (TACO's level formats, as MLIR stores them):
-
-- `dense`: nothing stored; every parent position has `size` children (position = parent * size + coordinate).
-- `compressed`: `positions[l]` (parents + 1 entries, the children of parent p are
-  `[positions[l][p], positions[l][p + 1])`) and `coordinates[l]` (one per child). `nonunique`
-  keeps one child per stored element (COO), even where coordinates repeat.
-- `loose_compressed`: as compressed, but `positions[l]` holds a `(lo, hi)` pair per parent.
-- `singleton`: `coordinates[l]` only, one child per parent position (COO's trailing levels).
-- `n_out_of_m(n, m)` / `block2_4`: every parent has exactly `n` children (`coordinates[l]`
-  gives their coordinates within the group of `m`); groups with fewer than `n` stored elements
-  are padded with zeros at the smallest unused coordinates, and a group with more is an error.
+Each level is stored as its kind says (`levels.LEVEL_KINDS`: dense, compressed,
+loose_compressed, singleton, n_out_of_m; TACO's level formats, as MLIR stores them).
 
 Elements are ordered by their level coordinates (MLIR's conversion sorts; `nonordered` levels are
 allowed any order and get this one too). Dense levels below a sparse one store explicit zeros
@@ -41,23 +32,10 @@ import scipy.sparse
 
 from ...arith.affine import AffineExpr, DimId, FloorDiv, Interval, Mod
 from ...errors import EncodingError
-from .encoding import LevelCounter, SparseTensorEncoding, index_range, parse_encoding, width_max
+from .encoding import SparseTensorEncoding, parse_encoding
+from .levels import MAX_STORED_ENTRIES, LevelAt, LevelCounter, check_entries, index_range, width_dtype, width_max
 
 __all__ = ["MAX_STORED_ENTRIES", "SparseTensorStorage", "argument_names", "to_storage"]
-
-#: The most entries one array of a storage (values, positions, a dense level's slots), or a dense
-#: copy made by `to_dense` / `to_scipy`, may have: 2^28 (2 GiB of float64). Larger ones are refused
-#: with an EncodingError before numpy allocates them.
-MAX_STORED_ENTRIES = 2**28
-
-
-def _check_entries(count: int, what: str) -> int:
-    if count > MAX_STORED_ENTRIES:
-        raise EncodingError(
-            f"{what} would take {count} entries, more than a storage may hold "
-            f"(MAX_STORED_ENTRIES = {MAX_STORED_ENTRIES})"
-        )
-    return count
 
 
 def argument_names(name: str, enc: SparseTensorEncoding) -> dict[str, str]:
@@ -145,38 +123,11 @@ class SparseTensorStorage:
         prefix: list[np.ndarray] = []
         valid = np.ones(1, dtype=bool)
         for lvl, lt in enumerate(enc.level_types):
-            size = self.level_sizes[lvl]
-            if lt.format == "dense":
-                _check_entries(count * size, f"reading back level {lvl} (dense, {size} per parent)")
-                parent = np.repeat(np.arange(count), size)
-                crd = np.tile(np.arange(size, dtype=np.int64), count)
-                count *= size
-            elif lt.format in ("compressed", "loose_compressed"):
-                pos = self.positions[lvl].astype(np.int64)
-                lo, hi = (pos[0::2], pos[1::2]) if lt.format == "loose_compressed" else (pos[:-1], pos[1:])
-                crd_all = self.coordinates[lvl].astype(np.int64)
-                child_count = crd_all.shape[0]
-                parent = np.full(child_count, -1, dtype=np.int64)
-                lengths = hi - lo
-                owners = np.repeat(np.arange(count), lengths)
-                offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-                parent[np.repeat(lo, lengths) + offsets] = owners
-                crd = crd_all
-                valid = np.concatenate([valid, [False]])[parent]
-                prefix = [p[np.maximum(parent, 0)] for p in prefix]
-                prefix.append(crd)
-                count = child_count
-                continue
-            elif lt.format == "singleton":
-                parent = np.arange(count)
-                crd = self.coordinates[lvl].astype(np.int64)
-            else:  # n_out_of_m
-                _check_entries(count * lt.n, f"reading back level {lvl} ({lt})")
-                parent = np.repeat(np.arange(count), lt.n)
-                crd = self.coordinates[lvl].astype(np.int64)
-                count *= lt.n
-            valid = valid[parent]
-            prefix = [p[parent] for p in prefix]
+            at = LevelAt(lvl, lt, self.level_sizes[lvl])
+            parent, crd, count = lt.kind.read(at, self.positions[lvl], self.coordinates[lvl], count)
+            # A parent of -1: a position that holds no child (a loose_compressed gap).
+            valid = np.concatenate([valid, [False]])[parent]
+            prefix = [p[np.maximum(parent, 0)] for p in prefix]
             prefix.append(crd)
         if count != self.values.shape[0]:
             raise EncodingError(f"the storage holds {self.values.shape[0]} values, but its levels give {count}")
@@ -187,7 +138,7 @@ class SparseTensorStorage:
 
     def to_dense(self) -> np.ndarray:
         """The tensor as a dense numpy array (repeated coordinates of nonunique levels add up)."""
-        _check_entries(math.prod(self.shape), f"to_dense of shape {self.shape}")
+        check_entries(math.prod(self.shape), f"to_dense of shape {self.shape}")
         dims, keep = self._dim_coordinates()
         out = np.zeros(self.shape, dtype=self.values.dtype)
         np.add.at(out, tuple(dims[keep].T), self.values[keep])
@@ -198,10 +149,10 @@ class SparseTensorStorage:
         n_out_of_m trailing levels dropped; explicit zeros of compressed/singleton levels kept)."""
         if len(self.shape) != 2:
             raise EncodingError(f"to_scipy needs a 2-D tensor, but this one has shape {self.shape}; use to_dense()")
-        _check_entries(self.shape[0] + 1, f"to_scipy's CSR row pointer for {self.shape[0]} rows")
+        check_entries(self.shape[0] + 1, f"to_scipy's CSR row pointer for {self.shape[0]} rows")
         dims, keep = self._dim_coordinates()
         values = self.values
-        if self.encoding.level_types[-1].format in ("dense", "n_out_of_m"):
+        if self.encoding.level_types[-1].kind.pads:
             keep = keep & (values != 0)
         m = scipy.sparse.coo_matrix((values[keep], (dims[keep, 0], dims[keep, 1])), shape=self.shape)
         return m.tocsr()
@@ -397,48 +348,8 @@ def _store(enc, coords, vals, shape, sizes, name) -> SparseTensorStorage:
     parent = np.zeros(nnz, dtype=np.int64)
     count = 1
     for k, lt in enumerate(enc.level_types):
-        crd = L[:, k]
-        size = sizes[k]
-        if lt.format == "dense":
-            what = f"{size} slices" if isinstance(enc.level_exprs[k], LevelCounter) else f"size {size}"
-            count = _check_entries(count * size, f"the dense levels down to level {k} ({what})")
-            parent = parent * size + crd
-        elif lt.format in ("compressed", "loose_compressed"):
-            stored = 2 * count if lt.format == "loose_compressed" else count + 1
-            _check_entries(stored, f"positions[{k}] ({count} parents)")
-            if lt.is_unique:
-                new = np.r_[True, (parent[1:] != parent[:-1]) | (crd[1:] != crd[:-1])] if nnz else np.zeros(0, bool)
-            else:
-                new = np.ones(nnz, dtype=bool)
-            seg = np.cumsum(new) - 1
-            owners = parent[new]
-            counts = np.bincount(owners, minlength=count) if owners.size else np.zeros(count, dtype=np.int64)
-            pos = np.concatenate([[0], np.cumsum(counts)])
-            if lt.format == "loose_compressed":
-                pos = np.stack([pos[:-1], pos[1:]], axis=1).ravel()
-            positions[k] = pos
-            coordinates[k] = crd[new]
-            parent = seg
-            count = int(new.sum())
-        elif lt.format == "singleton":
-            coordinates[k] = crd.copy()
-        else:  # n_out_of_m: every group holds exactly n, padded
-            _check_entries(count * lt.m, f"level {k}'s {count} groups of {lt.m}")
-            _check_entries(count * lt.n, f"level {k} ({count} groups of {lt.n})")
-            occupied = np.zeros((count, lt.m), dtype=bool)
-            occupied[parent, crd] = True
-            per_group = occupied.sum(axis=1)
-            if (per_group > lt.n).any():
-                g = int(np.argmax(per_group > lt.n))
-                raise EncodingError(
-                    f"the tensor is not {lt.n}:{lt.m} sparse: group {g} at level {k} holds {int(per_group[g])} "
-                    f"elements (at most {lt.n})"
-                )
-            chosen = np.sort(np.argsort(~occupied, axis=1, kind="stable")[:, : lt.n], axis=1)
-            slot = (chosen[parent] < crd[:, None]).sum(axis=1)
-            coordinates[k] = chosen.ravel()
-            parent = parent * lt.n + slot
-            count *= lt.n
+        at = LevelAt(k, lt, sizes[k], isinstance(enc.level_exprs[k], LevelCounter))
+        parent, count, positions[k], coordinates[k] = lt.kind.store(at, L[:, k], parent, count)
     values = np.zeros(count, dtype=vals.dtype)
     values[parent] = vals
     positions = [_narrow(p, enc.pos_width, "posWidth", k) if p is not None else None for k, p in enumerate(positions)]
@@ -455,5 +366,4 @@ def _narrow(a: np.ndarray, width: int, what: str, level: int) -> np.ndarray:
         raise EncodingError(
             f"{kind}[{level}] holds {int(a.max())}, which does not fit {what} = {width} (at most {limit})"
         )
-    dtype = "int64" if width == 0 else f"int{max(8, width)}"
-    return a.astype(dtype)
+    return a.astype(width_dtype(width))
