@@ -676,26 +676,11 @@ class _Parser(AffineParser):
         for k, name in enumerate(dims):
             if k not in used:
                 raise self.error(f"dimension `{name}` appears in no level expression", start)
-        # MLIR's rules on level sequences (SparseTensorEncodingAttr::verify).
+        # MLIR's rules on level sequences (SparseTensorEncodingAttr::verify), per kind.
         for k, lt in enumerate(types):
-            if lt.format == "singleton":
-                prev = types[k - 1] if k else None
-                if prev is None or prev.format == "dense" or prev.format == "n_out_of_m" or prev.is_unique:
-                    raise self.error(
-                        "a singleton level must follow a nonunique compressed, loose_compressed or singleton level",
-                        toks[k],
-                    )
-            if lt.format == "n_out_of_m":
-                if k != len(types) - 1:
-                    raise self.error("an n_out_of_m (block2_4) level must be the last level", toks[k])
-                if any(t.format != "dense" for t in types[:k]):
-                    raise self.error("the levels before an n_out_of_m (block2_4) level must be dense", toks[k])
-                if isinstance(exprs[k], AffineExpr):
-                    atom = exprs[k].atom
-                    if not (isinstance(atom, Mod) and atom.divisor == lt.m):
-                        raise self.error(
-                            f"an n_out_of_m(n, {lt.m}) level's expression must be `<dimension> mod {lt.m}`", toks[k]
-                        )
+            wrong = lt.kind.check(k, types, exprs)
+            if wrong is not None:
+                raise self.error(wrong, toks[k])
             if isinstance(exprs[k], LevelCounter) and lt.format != "dense":
                 raise self.error("a counting level (`c * K * i`) must be dense", toks[k])
         subst = _level_substitution(exprs)
