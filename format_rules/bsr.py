@@ -27,18 +27,19 @@ def description(dtype: str = "float32", idtype: str = "int32"):
 
 def rules(block_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> list[FormatRewriteRule]:
     b = formats.positive_int("block_size", block_size, formats.index_limit(idtype))
-    rule = FormatRewriteRule(
-        "bsr",
-        description(dtype, idtype).specialize({"block_size": b}),
-        ["A"],
-        ["I", "J"],
-        ["IO", "JO", "II", "JI"],
-        {"I": ["IO", "II"], "J": ["JO", "JI"]},
-        lambda i, j: (i // b, j // b, i % b, j % b),
-        lambda io, jo, ii, ji: (io * b + ii, jo * b + ji),
-    )
-    rule.converter = lambda A: convert(A, block_size=b, dtype=dtype, idtype=idtype)
-    return [rule]
+    return [
+        FormatRewriteRule(
+            "bsr",
+            description(dtype, idtype).specialize({"block_size": b}),
+            ["A"],
+            ["I", "J"],
+            ["IO", "JO", "II", "JI"],
+            {"I": ["IO", "II"], "J": ["JO", "JI"]},
+            lambda i, j: (i // b, j // b, i % b, j % b),
+            lambda io, jo, ii, ji: (io * b + ii, jo * b + ji),
+            converter=lambda A: convert(A, block_size=b, dtype=dtype, idtype=idtype),
+        )
+    ]
 
 
 def convert(A, block_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> dict:

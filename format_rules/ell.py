@@ -16,11 +16,8 @@ from sparsetir_py.format import converters as formats
 def rules(A=None, buckets=None, dtype: str = "float32", idtype: str = "int32") -> list[FormatRewriteRule]:
     """One rule per bucket; `buckets` defaults to powers of two up to A's longest row."""
     widths = formats.check_buckets(buckets if buckets is not None else formats.default_buckets(A))
-    out = [part_rule(f"ell{w}", w, dtype, idtype) for w in widths]
     converter = lambda M: convert(M, widths, dtype, idtype)  # noqa: E731 - one converter for all buckets
-    for rule in out:
-        rule.converter = converter
-    return out
+    return [part_rule(f"ell{w}", w, dtype, idtype, converter) for w in widths]
 
 
 def convert(A, buckets=None, dtype: str = "float32", idtype: str = "int32") -> dict:

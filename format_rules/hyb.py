@@ -42,7 +42,7 @@ def description(dtype: str = "float32", idtype: str = "int32"):
     return ell
 
 
-def part_rule(name: str, width: int, dtype: str, idtype: str) -> FormatRewriteRule:
+def part_rule(name: str, width: int, dtype: str, idtype: str, converter=None) -> FormatRewriteRule:
     return FormatRewriteRule(
         name,
         description(dtype, idtype).specialize({"width": width}),
@@ -52,6 +52,7 @@ def part_rule(name: str, width: int, dtype: str, idtype: str) -> FormatRewriteRu
         {"I": ["O", "I"], "J": ["J"]},
         lambda i, j: (0, i, j),
         lambda o, i, j: (i, j),
+        converter,
     )
 
 
@@ -64,11 +65,8 @@ def rules(A=None, num_col_parts: int = 1, buckets=None, dtype: str = "float32", 
             f"hyb: num_col_parts={num_col_parts} with {len(widths)} buckets makes {num_col_parts * len(widths)} parts, "
             f"more than MAX_PARTS = {MAX_PARTS} (with the matrix given, num_col_parts is bounded by its columns)"
         )
-    out = [part_rule(f"hyb{p}_{w}", w, dtype, idtype) for p in range(num_col_parts) for w in widths]
     converter = lambda M: convert(M, num_col_parts, widths, dtype, idtype)  # noqa: E731 - one converter for all parts
-    for rule in out:
-        rule.converter = converter
-    return out
+    return [part_rule(f"hyb{p}_{w}", w, dtype, idtype, converter) for p in range(num_col_parts) for w in widths]
 
 
 def convert(A, num_col_parts: int = 1, buckets=None, dtype: str = "float32", idtype: str = "int32") -> dict:

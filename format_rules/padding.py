@@ -24,18 +24,19 @@ def description(dtype: str = "float32", idtype: str = "int32"):
 
 def rules(pad_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> list[FormatRewriteRule]:
     pad_size = formats.positive_int("pad_size", pad_size, formats.index_limit("int32"), "n + pad_size is an int32 size")
-    rule = FormatRewriteRule(
-        "pad",
-        description(dtype, idtype),
-        ["A"],
-        ["I", "J"],
-        ["I", "J"],
-        {"I": ["I"], "J": ["J"]},
-        lambda i, j: (i, j),
-        lambda i, j: (i, j),
-    )
-    rule.converter = lambda A: convert(A, pad_size, dtype, idtype)
-    return [rule]
+    return [
+        FormatRewriteRule(
+            "pad",
+            description(dtype, idtype),
+            ["A"],
+            ["I", "J"],
+            ["I", "J"],
+            {"I": ["I"], "J": ["J"]},
+            lambda i, j: (i, j),
+            lambda i, j: (i, j),
+            converter=lambda A: convert(A, pad_size, dtype, idtype),
+        )
+    ]
 
 
 def convert(A, pad_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> dict:

@@ -80,6 +80,9 @@ import scipy.sparse
 
 from . import ops
 from .errors import DistributedError, InputError
+from .inputs import check_kind
+from .operands import as_csr, check_dense, dense_operand, dense_operands
+from .ops.kernels import resolve_schedule
 
 try:
     import dask.array as da
@@ -458,7 +461,7 @@ def _check_format(format) -> str:
 
 def _schedule_ref(op: str, target: str, schedule):
     """Check the target and schedule as `sp.ops` does; a callable travels with a token of its bytes."""
-    ops._resolve_schedule(op, target, schedule)
+    resolve_schedule(op, target, schedule)
     if schedule is None or isinstance(schedule, str):
         return schedule
     import cloudpickle
@@ -515,7 +518,7 @@ class DistributedMatrix:
         replicas: int = 1,
         timeout: float | None = None,
     ):
-        csr = ops._as_csr(A)
+        csr = as_csr(A)
         client, rows, cols, replicas, timeout, deadline = _partition(
             csr, client, row_blocks, col_blocks, replicas, timeout
         )
@@ -1021,8 +1024,8 @@ def _operand(X, name: str):
     """A dense operand: a dask.array (checked by its metadata; its values stay on the cluster) or
     anything `sp.ops` takes (checked by `sp.ops`)."""
     if not isinstance(X, da.Array):
-        return ops._operand(X, name)
-    ops._check_kind(X.dtype, f"`{name}`")
+        return dense_operand(X, name)
+    check_kind(X.dtype, f"`{name}`")
     if X.ndim != 2:
         raise InputError(f"`{name}` must be a 2-D array, got shape {X.shape}")
     if any(math.isnan(s) for s in X.shape):
@@ -1033,7 +1036,7 @@ def _operand(X, name: str):
 def _dense(X, name: str, rows: int, dtype: np.dtype):
     """`sp.ops`' row check and cast, lazily for a dask.array."""
     if not isinstance(X, da.Array):
-        return ops._dense(X, name, rows, dtype)
+        return check_dense(X, name, rows, dtype)
     if X.shape[0] != rows:
         raise InputError(f"`{name}` must have {rows} rows, got {X.shape[0]}")
     return X if X.dtype == dtype else X.astype(dtype)
@@ -1051,9 +1054,7 @@ def _blocks(X, bounds: np.ndarray) -> list:
 def _spmm_call(shape, dtype, cols, B, target, schedule, format="csr") -> _Call:
     """Check B, the target, the schedule and the format as `sp.ops.spmm` does; B's slabs per
     column block."""
-    B = _operand(B, "B")
-    dtype = ops._value_dtype(dtype, B.dtype)
-    B = _dense(B, "B", shape[1], dtype)
+    dtype, (B,), _ = dense_operands("spmm", shape, dtype, (B,), read=_operand, fit=_dense)
     ref = _schedule_ref("spmm", target, schedule)
     format = _check_format(format)
     return _Call("spmm", dtype, int(B.shape[1]), _blocks(B, cols), None, target, ref, format)
@@ -1062,12 +1063,7 @@ def _spmm_call(shape, dtype, cols, B, target, schedule, format="csr") -> _Call:
 def _sddmm_call(shape, dtype, rows, cols, X, Y, target, schedule, format="csr") -> _Call:
     """Check X, Y, the target, the schedule and the format as `sp.ops.sddmm` does; Y's slabs per
     column block and X's rows per row block."""
-    m, n = shape
-    X, Y = _operand(X, "X"), _operand(Y, "Y")
-    dtype = ops._value_dtype(dtype, X.dtype, Y.dtype)
-    X, Y = _dense(X, "X", m, dtype), _dense(Y, "Y", n, dtype)
-    if X.shape[1] != Y.shape[1]:
-        raise InputError(f"`X` and `Y` must have the same number of columns, got {X.shape[1]} and {Y.shape[1]}")
+    dtype, (X, Y), _ = dense_operands("sddmm", shape, dtype, (X, Y), read=_operand, fit=_dense)
     ref = _schedule_ref("sddmm", target, schedule)
     format = _check_format(format)
     return _Call("sddmm", dtype, int(X.shape[1]), _blocks(Y, cols), _blocks(X, rows), target, ref, format)
@@ -1130,7 +1126,7 @@ def spmm(
     dm = _distributed(A, client, row_blocks, col_blocks, replicas)
     if dm is not None:
         return dm.spmm(B, target, schedule, format=format, gather=gather, timeout=timeout)
-    csr = ops._as_csr(A)
+    csr = as_csr(A)
     client, rows, cols, replicas, timeout, deadline = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
     call = _spmm_call(csr.shape, csr.dtype, cols, B, target, schedule, format)
     with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout, deadline) as dm:
@@ -1158,7 +1154,7 @@ def sddmm(
     dm = _distributed(A, client, row_blocks, col_blocks, replicas)
     if dm is not None:
         return dm.sddmm(X, Y, target, schedule, format=format, gather=gather, timeout=timeout)
-    csr = ops._as_csr(A)
+    csr = as_csr(A)
     client, rows, cols, replicas, timeout, deadline = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
     call = _sddmm_call(csr.shape, csr.dtype, rows, cols, X, Y, target, schedule, format)
     with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout, deadline) as dm:

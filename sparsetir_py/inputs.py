@@ -45,6 +45,17 @@ def check_matrix(A, name: str):
     return A
 
 
+def positive_int(name: str, value, limit: int | None = None, why: str = "", error: type[Exception] = InputError) -> int:
+    """`value` as an int: a positive integer (Python or numpy; no bool, float or string), at most
+    `limit` (`why` says where that bound comes from); else `error` naming the argument `name`.
+    The one such check of the package: operators, rule files and kernels call it."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) or value < 1:
+        raise error(f"{name} must be a positive integer, got {value!r}")
+    if limit is not None and value > limit:
+        raise error(f"{name} must be at most {limit}{f' ({why})' if why else ''}, got {value!r}")
+    return int(value)
+
+
 def check_shape(shape, name: str, max_extent: int = MAX_EXTENT, why: str = "the kernels' sizes are int32") -> None:
     """Two non-negative integers, each at most `max_extent` (`why` says where that bound comes from)."""
     if not isinstance(shape, tuple) or len(shape) != 2:

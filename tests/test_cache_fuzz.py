@@ -30,7 +30,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sparsetir_py as sp
-from sparsetir_py import tune
+from sparsetir_py import tune, tuning
 from sparsetir_py.runtime import cache
 from sparsetir_py.runtime.cache import CacheWarning
 
@@ -44,13 +44,13 @@ FIELDS = ("format", "params", "schedule", "predicted_s", "measured_s", "setup_s"
 def tune_dir(tmp_path, monkeypatch):
     """Tuning results in a scratch folder (kernels stay in the usual cache: compiled once)."""
     monkeypatch.setenv("SPARSETIR_TUNE_DIR", str(tmp_path / "tune"))
-    monkeypatch.setattr(tune, "_MEMORY", {})
+    monkeypatch.setattr(tuning, "_MEMORY", {})
     return tmp_path / "tune"
 
 
 def search(**options) -> tuple[tune.TuneResult, list[warnings.WarningMessage]]:
     """`sp.tune.spmm(A, WIDTH)` as a new process would run it (nothing in memory), with its warnings."""
-    tune._MEMORY.clear()
+    tuning._MEMORY.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = sp.tune.spmm(A, WIDTH, progress=False, **options)
@@ -301,7 +301,7 @@ def test_an_unusable_tune_folder_warns_once(tmp_path, fresh_stand_ins, monkeypat
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
     monkeypatch.setenv("SPARSETIR_TUNE_DIR", str(blocker / "tune"))
-    monkeypatch.setattr(tune, "_MEMORY", {})
+    monkeypatch.setattr(tuning, "_MEMORY", {})
     result, found = search()
     assert len(found) == 1 and "not a directory" in str(found[0].message) and "damaged" not in str(found[0].message)
     assert result.format == "csr"
@@ -396,7 +396,7 @@ def test_nowhere_to_write_is_an_error_that_leaves_nothing(tmp_path, fresh_stand_
 
 def test_fuzz_random_values_in_a_timed_entry(tune_dir, monkeypatch):
     """The same on an entry with measured times (timing forced on karate: two candidates)."""
-    monkeypatch.setattr(tune, "TIMING_GRAIN", 0)
+    monkeypatch.setattr(tuning, "TIMING_GRAIN", 0)
     first, found = search(top=2, budget=0.001)
     assert found == [] and first.measured
     path = entry(tune_dir)

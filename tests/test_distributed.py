@@ -290,7 +290,7 @@ def test_named_and_callable_schedules(client):
         spmm.csr_cpu_rows(sch)
 
     def kernels():
-        return client.run(lambda: len(sys.modules["sparsetir_py.ops"]._KERNELS))
+        return client.run(lambda: len(sys.modules["sparsetir_py.ops.kernels"].KERNELS))
 
     with sp_distributed.DistributedMatrix(A, client, timeout=TIMEOUT) as dA:
         assert np.array_equal(dA.spmm(B, schedule=rows_parallel), ops.spmm(A, B, format="csr"))

@@ -12,6 +12,9 @@ from strategies import csr_matrices
 import sparsetir_py as sp
 from sparsetir_py import ops
 from sparsetir_py.data import load_matrix
+from sparsetir_py.operands import structure_checked
+from sparsetir_py.ops import operators, threads
+from sparsetir_py.ops.kernels import KERNELS, csr_kernel
 
 
 def sddmm_reference(A, X, Y):
@@ -60,23 +63,23 @@ def test_kernel_cache_and_structure_record():
     A = load_matrix("karate")
     B = np.ones((A.shape[1], 3), np.float32)
     ops.spmm(A, B)
-    n_kernels = len(ops._KERNELS)
+    n_kernels = len(KERNELS)
     ops.spmm(A, B * 2)
-    assert len(ops._KERNELS) == n_kernels  # same sizes and dtypes: no new kernel
-    assert ops._structure_checked(A)  # same indptr/indices objects: not checked again
+    assert len(KERNELS) == n_kernels  # same sizes and dtypes: no new kernel
+    assert structure_checked(A)  # same indptr/indices objects: not checked again
     ops.spmm(A, np.ones((A.shape[1], 4), np.float32), format="csr")
-    n_kernels = len(ops._KERNELS)
+    n_kernels = len(KERNELS)
     ops.spmm(A, np.ones((A.shape[1], 5), np.float32), format="csr")
-    assert len(ops._KERNELS) == n_kernels  # the feature width is a run-time argument on the CPU
+    assert len(KERNELS) == n_kernels  # the feature width is a run-time argument on the CPU
     for width in (5, 6):  # unless the schedule is compiled for one width
         C = ops.spmm(A, np.ones((A.shape[1], width), np.float32), schedule="csr_cpu_rows_x4_fixed")
         np.testing.assert_allclose(C, A @ np.ones((A.shape[1], width)), rtol=1e-6)
     fixed = {
-        key[5]: k for key, k in ops._KERNELS.items() if getattr(key[-1], "__name__", "") == "csr_cpu_rows_x4_fixed"
+        key.feat: k for key, k in KERNELS.items() if getattr(key.schedule, "__name__", "") == "csr_cpu_rows_x4_fixed"
     }
     assert fixed[5] is not fixed[6] and fixed[5].specialized == {"feat": 5}
     ops.spmm(A.astype(np.float64), np.ones((A.shape[1], 4)))
-    assert any(key[0] == "spmm" and key[2] == "float64" for key in ops._KERNELS)  # a new dtype, a new kernel
+    assert any(key.op == "spmm" and key.dtype == "float64" for key in KERNELS)  # a new dtype, a new kernel
 
 
 def test_bad_inputs():
@@ -106,7 +109,7 @@ def test_small_calls_run_on_one_thread_with_the_same_result(grain, monkeypatch):
     give scipy's result, and Numba's thread count is restored afterwards."""
     import numba
 
-    monkeypatch.setattr(ops, "PARALLEL_GRAIN", grain)
+    monkeypatch.setattr(threads, "PARALLEL_GRAIN", grain)
     seen = []
     original = sp.runtime.kernel._run_numba
 
@@ -130,7 +133,7 @@ def test_kernel_threads_argument():
     """`threads=` caps the threads of one call; anything but a positive integer is an InputError."""
     import numba
 
-    kernel = ops._kernel("spmm", "cpu", "int32", "float32", 4, None)
+    kernel = csr_kernel("spmm", "cpu", "int32", "float32", 4, None)
     A = load_matrix("karate").astype(np.float32)
     B = np.ones((A.shape[1], 4), np.float32)
     C = np.empty((A.shape[0], 4), np.float32)
@@ -147,8 +150,8 @@ def test_kernel_threads_argument():
 def _slow_path_calls(monkeypatch) -> list:
     """A list that grows by one for every call that takes the full checking path (`_as_csr`)."""
     calls = []
-    original = ops._as_csr
-    monkeypatch.setattr(ops, "_as_csr", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = operators.as_csr
+    monkeypatch.setattr(operators, "as_csr", lambda *a, **k: calls.append(1) or original(*a, **k))
     return calls
 
 
@@ -206,21 +209,21 @@ def test_parallel_grain_follows_how_openmp_threads_wait(monkeypatch):
     """Small calls run on one thread where idle OpenMP threads sleep (waking them costs more
     than the call); where they spin (the default) only tiny calls do; PARALLEL_GRAIN overrides."""
     for policy, spins, grain in [
-        ("passive", None, ops.PARALLEL_GRAIN_SLEEPING),
-        (" PASSIVE ", None, ops.PARALLEL_GRAIN_SLEEPING),
-        (None, "0", ops.PARALLEL_GRAIN_SLEEPING),
-        ("active", None, ops.PARALLEL_GRAIN_SPINNING),
-        (None, None, ops.PARALLEL_GRAIN_SPINNING),
-        (None, "300000", ops.PARALLEL_GRAIN_SPINNING),
+        ("passive", None, threads.PARALLEL_GRAIN_SLEEPING),
+        (" PASSIVE ", None, threads.PARALLEL_GRAIN_SLEEPING),
+        (None, "0", threads.PARALLEL_GRAIN_SLEEPING),
+        ("active", None, threads.PARALLEL_GRAIN_SPINNING),
+        (None, None, threads.PARALLEL_GRAIN_SPINNING),
+        (None, "300000", threads.PARALLEL_GRAIN_SPINNING),
     ]:
         for name, value in (("OMP_WAIT_POLICY", policy), ("GOMP_SPINCOUNT", spins)):
             if value is None:
                 monkeypatch.delenv(name, raising=False)
             else:
                 monkeypatch.setenv(name, value)
-        assert ops._parallel_grain() == grain
-        assert ops._thread_args("cpu", grain - 1, None) == {"threads": 1}
-        assert ops._thread_args("cpu", grain, None) == {}
-        assert ops._thread_args("cuda", 1, None) == {} and ops._thread_args("cpu", 1, 2) == {"threads": 2}
-    monkeypatch.setattr(ops, "PARALLEL_GRAIN", 7)
-    assert ops._parallel_grain() == 7
+        assert threads.parallel_grain() == grain
+        assert threads.thread_args("cpu", grain - 1, None) == {"threads": 1}
+        assert threads.thread_args("cpu", grain, None) == {}
+        assert threads.thread_args("cuda", 1, None) == {} and threads.thread_args("cpu", 1, 2) == {"threads": 2}
+    monkeypatch.setattr(threads, "PARALLEL_GRAIN", 7)
+    assert threads.parallel_grain() == 7

@@ -18,8 +18,8 @@ from strategies import csr_matrices
 
 import format_rules
 import sparsetir_py as sp
-from sparsetir_py import ops
 from sparsetir_py.data import load_matrix
+from sparsetir_py.ops import parts
 
 FORMATS = {
     "bsr": {"block_size": 3},
@@ -79,14 +79,14 @@ def test_sddmm_formats_on_a_real_graph(fmt):
 def test_conversion_is_cached_per_structure():
     A = load_matrix("cora").astype(np.float32)
     B = np.ones((A.shape[1], 4), np.float32)
-    ops._CONVERTED.clear()
+    parts.CONVERSIONS.clear()
     sp.ops.spmm(A, B, format="bsr", block_size=2)
-    assert len(ops._CONVERTED) == 1
+    assert len(parts.CONVERSIONS) == 1
     A2 = A.copy()
     A2.indptr, A2.indices = A.indptr, A.indices  # same structure, new values
     A2.data = A.data * 3
     C = sp.ops.spmm(A2, B * 2, format="bsr", block_size=2)
-    assert len(ops._CONVERTED) == 1  # not converted again
+    assert len(parts.CONVERSIONS) == 1  # not converted again
     np.testing.assert_allclose(C, 6 * (A @ np.ones((A.shape[1], 4))), rtol=1e-4)
 
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from strategies import csr_matrices
 
 import sparsetir_py as sp
-from sparsetir_py import ops
 from sparsetir_py.data import load_matrix
+from sparsetir_py.operands import STRUCTURES
 
 # Corruptions of the sparse matrix that must raise sp.InputError.
 INVALID = [
@@ -481,11 +481,11 @@ def test_structure_records_do_not_outlive_their_arrays():
     B = np.ones((A.shape[1], 2), np.float32)
     sp.ops.spmm(A, B)
     gc.collect()
-    before = len(ops._CHECKED)
+    before = len(STRUCTURES)
     for _ in range(20):
         sp.ops.spmm(A, B)
     gc.collect()
-    assert len(ops._CHECKED) <= before
+    assert len(STRUCTURES) <= before
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (0, 5), (5, 0), (3, 4)])

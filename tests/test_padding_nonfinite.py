@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from strategies import csr_matrices
 
 import sparsetir_py as sp
-from sparsetir_py import ops
+from sparsetir_py.ops import parts
 
 FORMATS = {
     "bsr": {"block_size": 3},
@@ -106,12 +106,12 @@ def test_sddmm_padding_is_not_in_the_output(fmt):
 
 def test_finite_operand_check_is_chunked(monkeypatch):
     """The check reads B in chunks and finds a non-finite value in any of them."""
-    monkeypatch.setattr(ops, "_FINITE_CHUNK", 4)
+    monkeypatch.setattr(parts, "FINITE_CHUNK", 4)
     B = np.zeros((5, 3))
-    assert ops._all_finite(B)
+    assert parts.all_finite(B)
     B[4, 2] = np.nan
-    assert not ops._all_finite(B)
-    assert ops._all_finite(np.zeros((0, 3)))
+    assert not parts.all_finite(B)
+    assert parts.all_finite(np.zeros((0, 3)))
 
 
 def test_rules_that_differ_by_dtype_are_a_format_error():

@@ -23,7 +23,7 @@ import scipy.sparse as sps
 from strategies import edge_matrices
 
 import sparsetir_py as sp
-from sparsetir_py import tune
+from sparsetir_py import tune, tuning
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,14 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARSETIR_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SPARSETIR_TUNE_DIR", raising=False)  # results under <cache>/tune/
-    monkeypatch.setattr(tune, "_MEMORY", {})
+    monkeypatch.setattr(tuning, "_MEMORY", {})
     return tmp_path
 
 
 @pytest.fixture
 def timed(monkeypatch):
     """Time candidates even on small matrices."""
-    monkeypatch.setattr(tune, "TIMING_GRAIN", 0)
+    monkeypatch.setattr(tuning, "TIMING_GRAIN", 0)
 
 
 def power_law(m=400, n=300, seed=0, dtype=np.float32) -> sps.csr_matrix:
@@ -109,7 +109,7 @@ def test_results_are_cached_in_memory_and_on_disk(cache, timed):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, first.table.winner.label]
     # A damaged file is searched again (and rewritten), not an error: one warning names it.
     files[0].write_text("{not json")
-    tune._MEMORY.clear()
+    tuning._MEMORY.clear()
     with pytest.warns(sp.runtime.cache.CacheWarning, match=files[0].name):
         redone = sp.tune.spmm(A, 16, top=1, budget=0.01, progress=False)
     assert not redone.cached and json.loads(files[0].read_text())["op"] == "spmm"
@@ -120,15 +120,15 @@ def test_the_key_follows_structure_width_and_target_not_values(cache):
     B = A.copy()
     B.data = B.data * 3
     mach = tune.machine()
-    key = tune._key("spmm", A, 16, "cpu", mach, np.float32)
-    assert tune._key("spmm", B, 16, "cpu", mach, np.float32) == key
-    assert tune._key("spmm", A, 32, "cpu", mach, np.float32) != key
-    assert tune._key("spmm", A, 16, "cuda", mach, np.float32) != key
-    assert tune._key("sddmm", A, 16, "cpu", mach, np.float32) != key
+    key = tuning._key("spmm", A, 16, "cpu", mach, np.float32)
+    assert tuning._key("spmm", B, 16, "cpu", mach, np.float32) == key
+    assert tuning._key("spmm", A, 32, "cpu", mach, np.float32) != key
+    assert tuning._key("spmm", A, 16, "cuda", mach, np.float32) != key
+    assert tuning._key("sddmm", A, 16, "cpu", mach, np.float32) != key
     C = A.copy()
     C.indices = C.indices.copy()
     C.indices[0] = (C.indices[0] + 1) % A.shape[1]
-    assert tune._key("spmm", sps.csr_matrix(C), 16, "cpu", mach, np.float32) != key
+    assert tuning._key("spmm", sps.csr_matrix(C), 16, "cpu", mach, np.float32) != key
 
 
 def test_progress_bar_and_printed_table(cache, timed, capsys):

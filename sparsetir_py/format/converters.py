@@ -34,12 +34,12 @@ would be a silently wrong result.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse
 
+from .. import inputs
 from ..errors import FormatError, InputError
 from ..inputs import half_the_memory
 from ..ir.axis import DENSE_FIXED, SPARSE_FIXED
@@ -49,13 +49,8 @@ INDEX_DTYPES = ("int32", "int64")
 
 
 def positive_int(name: str, value, limit: int | None = None, why: str = "") -> int:
-    """`value` as an int: a positive integer (Python or numpy), at most `limit` (`why` says where
-    that bound comes from); else a `FormatError` naming `name`."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral) or value < 1:
-        raise FormatError(f"{name} must be a positive integer, got {value!r}")
-    if limit is not None and value > limit:
-        raise FormatError(f"{name} must be at most {limit}{f' ({why})' if why else ''}, got {value!r}")
-    return int(value)
+    """`inputs.positive_int` with a `FormatError`: a size of a format (a rule file's parameter)."""
+    return inputs.positive_int(name, value, limit, why, error=FormatError)
 
 
 def index_limit(idtype) -> int:
@@ -101,8 +96,6 @@ def slots_fit(what: str, count: int | float, it) -> None:
 def canonical(A, idtype: str | None = None) -> tuple[scipy.sparse.csr_matrix, np.dtype]:
     """`A` as canonical CSR (sorted, no duplicates), and the index dtype of the converted arrays
     (`idtype`, else int64 when `A` uses it, else int32)."""
-    from .. import inputs
-
     if not scipy.sparse.issparse(A):
         raise FormatError(f"expected a scipy sparse matrix, got {type(A).__name__}")
     # Every array checked before scipy's compiled conversions see it (`InputError` otherwise).

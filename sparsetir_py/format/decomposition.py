@@ -13,6 +13,7 @@ holds (0: padding). That works for any rule, shipped or a user's, with a convert
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,20 +26,36 @@ from .converters import canonical, convert
 from .rule import FormatRewriteRule
 
 
-@dataclass
+@dataclass(eq=False)
 class Part:
     """One rule's share of the matrix."""
 
     name: str  #: the rule's name (suffix of its parameters)
     rule: FormatRewriteRule
-    matrix: scipy.sparse.csr_matrix  #: the nonzeros this part stores, in A's shape and coordinates
-    arrays: dict[str, Any]  #: the part's arguments by renamed name (values in A's dtype)
+    source: scipy.sparse.csr_matrix = field(repr=False)  #: the matrix decomposed (canonical CSR)
+    ids: np.ndarray = field(repr=False)  #: the nonzeros of `source` this part stores (sorted positions)
+    arrays: dict[str, Any] = field(repr=False)  #: the part's arguments by renamed name (values in A's dtype)
+    #: value argument -> where each slot's value comes from: 1 + its position in `source.data`, or 0
+    #: for padding; a part's values for new values of A are `concat([0], A.data)[gathers[name]]`.
+    gathers: dict[str, np.ndarray] = field(repr=False)
     slots: int  #: value slots of the part (stored nonzeros + padding)
+
+    @functools.cached_property
+    def matrix(self) -> scipy.sparse.csr_matrix:
+        """The nonzeros this part stores, in A's shape and coordinates."""
+        A, ids = self.source, self.ids
+        rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))[ids]
+        return scipy.sparse.csr_matrix((A.data[ids], (rows, A.indices[ids])), shape=A.shape)
+
+    @property
+    def structure(self) -> dict[str, Any]:
+        """The part's arguments but its values: what stays when only A's values change."""
+        return {k: v for k, v in self.arrays.items() if k not in self.gathers}
 
     @property
     def nnz(self) -> int:
         """Nonzeros of A stored in this part."""
-        return int(self.matrix.nnz)
+        return len(self.ids)
 
     @property
     def padding(self) -> int:
@@ -150,8 +167,7 @@ def rules_of(format_or_rules, A, params: dict, dtype: str, idtype: str) -> list[
         def converter(M, convert_fn=convert_fn, given=given):
             return convert_fn(M, **given)
 
-        for r in rules:
-            r.converter = converter
+        rules = [r.replace(converter=converter) for r in rules]
     return rules
 
 
@@ -230,15 +246,13 @@ def decompose(A, format_or_rules, **params) -> Decomposition:
     arrays = convert(numbered, rules)
     values_dtype = csr.dtype if csr.dtype.kind == "f" else np.dtype(np.float64)
     data = np.concatenate([np.zeros(1, values_dtype), csr.data.astype(values_dtype)])
-    rows = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
     parts = []
     for rule in rules:
         desc = rule.new_format_desc
         names = [f"{p.name}_{rule.name}" for p in desc.params]
         value_names = {f"{b.data.name}_{rule.name}" for b in desc.buffers if b.data is not None}
         own: dict[str, Any] = {}
-        ids = np.zeros(0, np.int64)
-        slots = 0
+        gathers: dict[str, np.ndarray] = {}
         for name in names:
             if name not in arrays:
                 continue
@@ -252,13 +266,12 @@ def decompose(A, format_or_rules, **params) -> Decomposition:
                         "exactly; decompose by the rule module (its rules are made float64 here) or float64 rules"
                     )
                 where = np.rint(np.asarray(value, dtype=np.float64)).astype(np.int64)
-                stored = where[where > 0] - 1
-                ids = np.concatenate([ids, stored])
-                slots += where.size
+                gathers[name] = where
                 own[name] = data[where]
             else:
                 own[name] = value
-        ids = np.sort(ids)
-        matrix = scipy.sparse.csr_matrix((csr.data[ids], (rows[ids], csr.indices[ids])), shape=csr.shape)
-        parts.append(Part(rule.name, rule, matrix, own, slots))
+        stored = [where[where > 0] - 1 for where in gathers.values()]
+        ids = np.sort(np.concatenate(stored)) if stored else np.zeros(0, np.int64)
+        slots = sum(where.size for where in gathers.values())
+        parts.append(Part(rule.name, rule, csr, ids, own, gathers, slots))
     return Decomposition(csr, parts)

@@ -27,15 +27,17 @@ the stored coordinates of every matrix converted (`sp.format.convert`, which `sp
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..arith import AffineExpr, IndexingMap, const, dim
 from ..errors import FormatError
 from ..ir.buffer import SparseBuffer
+from ..ir.expr import Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import SparseIteration
 from ..ir.visit import walk
@@ -64,25 +66,35 @@ class TracedMap:
 IndexMapLike = Callable[..., Sequence] | IndexingMap | TracedMap
 
 
+@dataclass(frozen=True, eq=False)
 class FormatRewriteRule:
-    """One part of a format decomposition: which buffers move to which new format, how."""
+    """One part of a format decomposition: which buffers move to which new format, how.
 
-    def __init__(
-        self,
-        name: str,
-        new_format_desc: PrimFunc,
-        buffers_to_rewrite: Sequence[str],
-        axes_before_rewrite: Sequence[str],
-        axes_after_rewrite: Sequence[str],
-        axis_map: Mapping[str, Sequence[str]],
-        idx_map: IndexMapLike,
-        inv_idx_map: IndexMapLike,
-    ):
+    Frozen: a rule is checked once, when it is made, and shared by every decomposition that uses
+    it; a changed rule is a new one (`replace`, `with_buffer`), checked again. Compared by
+    identity, as the rules of a format are (kernels are cached by the rules' names)."""
+
+    name: str
+    new_format_desc: PrimFunc
+    buffers_to_rewrite: Sequence[str]
+    axes_before_rewrite: Sequence[str]
+    axes_after_rewrite: Sequence[str]
+    axis_map: Mapping[str, Sequence[str]]
+    idx_map: IndexMapLike
+    inv_idx_map: IndexMapLike
+    #: `converter(A) -> {renamed parameter: argument}`: the rule file's `convert` for this rule
+    #: (`sp.format.convert` uses it); None for a rule written by hand (the arrays are inferred).
+    converter: Callable[..., dict] | None = None
+    #: True when `inv_idx_map(idx_map(p)) == p` simplifies to the identity; otherwise no small
+    #: coordinate contradicts it, and `sp.format.convert` checks every matrix's coordinates.
+    inverse_proven: bool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        name, new_format_desc, axis_map = self.name, self.new_format_desc, self.axis_map
         if not isinstance(name, str) or not name.isidentifier():
             raise FormatError(
                 f"FormatRewriteRule: the name must be an identifier (a suffix of new names), got {name!r}"
             )
-        self.name = name
         if not isinstance(new_format_desc, PrimFunc):
             raise FormatError(
                 f"rule `{name}`: new_format_desc must be a PrimFunc (a @T.prim_func declaring axes and sparse "
@@ -90,10 +102,13 @@ class FormatRewriteRule:
             )
         if any(isinstance(n, SparseIteration) for n in walk(new_format_desc.body)):
             raise FormatError(f"rule `{name}`: new_format_desc declares a format: axes and buffers, no iterations")
-        self.new_format_desc = new_format_desc
-        self.buffers_to_rewrite = _names(name, "buffers_to_rewrite", buffers_to_rewrite)
-        self.axes_before_rewrite = _names(name, "axes_before_rewrite", axes_before_rewrite)
-        self.axes_after_rewrite = _names(name, "axes_after_rewrite", axes_after_rewrite)
+        if self.converter is not None and not callable(self.converter):
+            raise FormatError(f"rule `{name}`: converter must be callable, got {type(self.converter).__name__}")
+        fields = {
+            "buffers_to_rewrite": _names(name, "buffers_to_rewrite", self.buffers_to_rewrite),
+            "axes_before_rewrite": _names(name, "axes_before_rewrite", self.axes_before_rewrite),
+            "axes_after_rewrite": _names(name, "axes_after_rewrite", self.axes_after_rewrite),
+        }
         if not isinstance(axis_map, Mapping):
             raise FormatError(
                 f"rule `{name}`: axis_map must be a dict (old axis -> list of new axes), got {type(axis_map).__name__}"
@@ -101,19 +116,33 @@ class FormatRewriteRule:
         for k in axis_map:
             if not isinstance(k, str):
                 raise FormatError(f"rule `{name}`: axis_map's keys must be axis names, got {k!r}")
-        self.axis_map = {k: _names(name, f"axis_map[{k!r}]", v) for k, v in axis_map.items()}
+        fields["axis_map"] = {k: _names(name, f"axis_map[{k!r}]", v) for k, v in axis_map.items()}
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
         self._check_format()
         self._check_axis_map()
-        self.idx_map = trace(name, "idx_map", idx_map, len(self.axes_before_rewrite), len(self.axes_after_rewrite))
-        self.inv_idx_map = trace(
-            name, "inv_idx_map", inv_idx_map, len(self.axes_after_rewrite), len(self.axes_before_rewrite)
+        before, after = len(self.axes_before_rewrite), len(self.axes_after_rewrite)
+        object.__setattr__(self, "idx_map", trace(name, "idx_map", self.idx_map, before, after))
+        object.__setattr__(self, "inv_idx_map", trace(name, "inv_idx_map", self.inv_idx_map, after, before))
+        object.__setattr__(self, "inverse_proven", self._check_inverse())
+
+    def replace(self, **changes) -> FormatRewriteRule:
+        """A copy with `changes` (any of the fields), checked as a new rule."""
+        return dataclasses.replace(self, **changes)
+
+    def with_buffer(self, name: str, like: str) -> FormatRewriteRule:
+        """The rule with one more buffer `name` moved to the new format, over the same axes as
+        `like` (a buffer the rule rewrites) and with data of its own (a parameter named after
+        it): SDDMM's output `C` takes the format of its input `A`."""
+        if like not in self.buffers_to_rewrite:
+            raise FormatError(f"rule `{self.name}`: with_buffer({name!r}, like={like!r}): `{like}` is not rewritten")
+        desc = self.new_format_desc
+        template = self.new_buffer(like)
+        data = Var(name.lower(), "handle")
+        desc = desc.replace(
+            params=(*desc.params, data), buffers=(*desc.buffers, template.replace(name=name, data=data))
         )
-        # True when `inv_idx_map(idx_map(p)) == p` simplifies to the identity; otherwise no small
-        # coordinate contradicts it, and `sp.format.convert` checks every matrix's coordinates.
-        self.inverse_proven = self._check_inverse()
-        # `converter(A) -> {renamed parameter: argument}`, set by a rule file that has `convert`
-        # (`sp.format.convert` uses it); None for a rule written by hand.
-        self.converter: Callable[..., dict] | None = None
+        return self.replace(new_format_desc=desc, buffers_to_rewrite=(*self.buffers_to_rewrite, name))
 
     def __repr__(self) -> str:
         return (

@@ -130,7 +130,7 @@ def test_a_users_rule_file(tmp_path):
 def test_inferred_bsr_equals_the_converter(A, b):
     (rule,) = format_rules.bsr.rules(b)
     converted = rule.converter(A)
-    rule.converter = None
+    rule = rule.replace(converter=None)
     inferred = sp.format.convert(A, [rule])
     assert set(inferred) == set(converted)
     for k, v in converted.items():
@@ -139,13 +139,11 @@ def test_inferred_bsr_equals_the_converter(A, b):
 
 def test_inference_errors():
     A = load_matrix("karate")
-    bare = format_rules.hyb.rules(A, 1, [2, 4])
-    for r in bare:
-        r.converter = None
+    bare = [r.replace(converter=None) for r in format_rules.hyb.rules(A, 1, [2, 4])]
     with pytest.raises(sp.FormatError, match="no telling which nonzero goes to which part"):
         sp.format.convert(A, bare)
     (ell,) = format_rules.hyb.rules(A, 1, [64])
-    ell.converter = None
+    ell = ell.replace(converter=None)
     with pytest.raises(sp.FormatError, match="write a `convert"):
         sp.format.convert(A, [ell])
 

@@ -189,9 +189,7 @@ def test_the_tutorials_pairs_format_end_to_end(tmp_path):
 
 # -------------------------------------------------------------------- converters' output is checked
 def with_converter(rules, arrays_of):
-    for r in rules:
-        r.converter = arrays_of
-    return rules
+    return [r.replace(converter=arrays_of) for r in rules]
 
 
 def test_a_converter_that_misplaces_values():
@@ -204,7 +202,7 @@ def test_a_converter_that_misplaces_values():
     nz = np.flatnonzero(a)
     a[nz[0]], a[nz[1]] = a[nz[1]], a[nz[0]]
     swapped["a_bsr"] = a.reshape(good["a_bsr"].shape)
-    with_converter([rule], lambda M: swapped)
+    (rule,) = with_converter([rule], lambda M: swapped)
     with pytest.raises(sp.FormatError, match=r"rule `bsr`: the slot of `A` at \(IO=0, JO=0, II=\d, JI=\d\) holds"):
         sp.format.convert(A, [rule])
 
@@ -227,7 +225,7 @@ def test_a_converter_that_returns_garbage(mutate, message):
     (rule,) = format_rules.padding.rules(4, dtype="float64")
     arrays = rule.converter(A)
     mutate(arrays)
-    with_converter([rule], lambda M: arrays)
+    (rule,) = with_converter([rule], lambda M: arrays)
     with pytest.raises(sp.FormatError, match=f"rule `pad`.*({message})"):
         sp.format.convert(A, [rule])
 
@@ -235,10 +233,10 @@ def test_a_converter_that_returns_garbage(mutate, message):
 def test_a_converter_that_raises_or_returns_no_dict():
     A = karate()
     (rule,) = format_rules.padding.rules(4)
-    with_converter([rule], lambda M: 1 / 0)
+    (rule,) = with_converter([rule], lambda M: 1 / 0)
     with pytest.raises(sp.FormatError, match="rule `pad`: its converter failed: ZeroDivisionError"):
         sp.format.convert(A, [rule])
-    with_converter([rule], lambda M: [1, 2])
+    (rule,) = with_converter([rule], lambda M: [1, 2])
     with pytest.raises(sp.FormatError, match="rule `pad`: its converter must return a dict"):
         sp.format.convert(A, [rule])
 
@@ -249,12 +247,12 @@ def test_a_nonzero_in_two_parts_or_in_none():
     good = rules[0].converter(A)
     empty = {"a_ell32": np.zeros(0), "indptr_ell32": np.zeros(2, np.int32), "rows_ell32": np.zeros(0, np.int32),
              "cols_ell32": np.zeros(0, np.int32), "nrows_ell32": 0}  # fmt: skip
-    with_converter(rules, lambda M: {**good, **empty})
+    rules = with_converter(rules, lambda M: {**good, **empty})
     with pytest.raises(sp.FormatError, match=r"A's nonzero at \(\d+, \d+\) is in no part"):
         sp.format.convert(A, rules)
     twice = [csr_rule(lambda i, j: (i, j), lambda i, j: (i, j), name) for name in ("x", "y")]
     csr = {"a": A.data, "indptr": A.indptr, "indices": A.indices, "m": 34, "n": 34, "nnz": A.nnz}
-    with_converter(twice, lambda M: {f"{k}_{r}": v for k, v in csr.items() for r in ("x", "y")})
+    twice = with_converter(twice, lambda M: {f"{k}_{r}": v for k, v in csr.items() for r in ("x", "y")})
     with pytest.raises(sp.FormatError, match=r"A's nonzero at \(0, 1\) is stored 2 times \(first by rule `x`\)"):
         sp.format.convert(A, twice)
 
@@ -574,7 +572,7 @@ def test_fuzz_converter_output(fmt, A, data):
     rules = sp.format.rules_of(module, A, params, "float64", "int32")
     arrays = rules[0].converter(A)
     mutated = mutations(arrays, data.draw)
-    with_converter(rules, lambda M: mutated)
+    rules = with_converter(rules, lambda M: mutated)
     converts_exactly(A, rules)
 
 
@@ -585,9 +583,10 @@ def test_hyb_with_many_column_parts_compiles_what_it_uses():
     A = scipy.sparse.random(9, 7, density=0.3, format="csr", random_state=4, dtype=np.float32)
     with pytest.raises(sp.FormatError, match="num_col_parts must be at most 7"):
         sp.ops.spmm(A, np.ones((7, 2), np.float32), format="hyb", num_col_parts=8, buckets=[1])
-    from sparsetir_py import ops
+    from sparsetir_py.ops import parts
 
-    rules, _, _ = ops._converted(format_rules.hyb, A, {"num_col_parts": 7, "buckets": [1, 2, 4, 8]}, "float32", "int32")
+    params = {"num_col_parts": 7, "buckets": [1, 2, 4, 8]}
+    rules = parts.converted(format_rules.hyb, A, params, "float32", "int32").rules
     assert 0 < len(rules) <= A.nnz < 7 * 4
 
 

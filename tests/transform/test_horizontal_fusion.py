@@ -330,7 +330,7 @@ def test_golden_fused_kernel(target):
         mod = sp.remove_preprocess(sp.decompose_format(spmm_script(), rules))
         kernel = sp.compile(mod, "cuda", schedule=parts("cuda"), specialize={"feat": 32})
     else:
-        rules = [sp.ops._with_output(r) for r in format_rules.hyb.rules(A, 2, [1, 2, 4])]
+        rules = [r.with_buffer("C", like="A") for r in format_rules.hyb.rules(A, 2, [1, 2, 4])]
         mod = sp.remove_preprocess(sp.decompose_format(sddmm_script(), rules))
         kernel = sp.compile(mod, "cpu", schedule=parts("cpu"))
     path = GOLDEN / f"hyb_fused.{target}.py.golden"

@@ -1,0 +1,153 @@
+"""The operands of `sp.ops`' operators, checked and made canonical: what `sp.ops`, `sp.tune` and
+`sp.distributed` accept, written once.
+
+    csr = as_csr(A)                          # canonical CSR, the O(nnz) check once per structure
+    dtype, (B,), feat = dense_operands("spmm", csr.shape, csr.dtype, (B,))
+
+`as_csr` checks a matrix's raw arrays before any scipy routine sees them (`sp.inputs`), and
+remembers a structure it checked in `STRUCTURES`: a record keyed on the identity of
+`indptr`/`indices` (held weakly, dropped with them) and the shape. A later call with the same
+arrays re-checks only `data` (O(1)). Mutating `indptr`/`indices` in place afterwards is not
+detected. `dense_operands` checks the dense operands of an operator as its table (`OPERANDS`)
+describes them: which of A's dimensions gives their rows, and that they share one width.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Hashable, Sequence
+
+import numpy as np
+import scipy.sparse
+
+from .errors import InputError
+from .inputs import INDEX_DTYPES, VALUE_DTYPES, canonical, check_kind, check_matrix, check_values, native
+
+#: numpy dtype -> its name; `str(dtype)` runs Python code in numpy (~2.5 us), twice a call.
+DTYPE_NAMES = {d: d.name for d in INDEX_DTYPES + VALUE_DTYPES}
+
+#: operator -> its dense operands, each with the dimension of A that gives its rows.
+OPERANDS: dict[str, tuple[tuple[str, int], ...]] = {"spmm": (("B", 1),), "sddmm": (("X", 0), ("Y", 1))}
+
+
+class StructureCache:
+    """Values remembered per sparse structure: keyed by the identity of a matrix's `indptr` and
+    `indices` arrays (held weakly: an entry goes when either array does) and by whatever else the
+    value depends on. Identity, not contents: hashing the arrays would cost the O(nnz) pass the
+    cache is there to save."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple] = {}
+
+    def get(self, indptr, indices, *key: Hashable):
+        """The value remembered for these exact arrays and `key`, or None."""
+        entry = self._entries.get((id(indptr), id(indices), *key))
+        if entry is None or entry[0]() is not indptr or entry[1]() is not indices:
+            return None
+        return entry[2]
+
+    def put(self, indptr, indices, key: tuple, value) -> None:
+        full = (id(indptr), id(indices), *key)
+        entries = self._entries
+
+        def forget(_ref, full=full):
+            # Drop the record once either array is gone: one record per live structure, not per call.
+            entry = entries.get(full)
+            if entry is not None and (entry[0]() is None or entry[1]() is None):
+                del entries[full]
+
+        entries[full] = (weakref.ref(indptr, forget), weakref.ref(indices, forget), value)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+#: The structures `as_csr` checked (value True), by (indptr, indices, shape).
+STRUCTURES = StructureCache()
+
+
+def structure_checked(csr) -> bool:
+    """Whether this exact structure (same indptr/indices objects, same shape) passed the check."""
+    return STRUCTURES.get(csr.indptr, csr.indices, csr.shape) is not None
+
+
+def remember_structure(csr) -> None:
+    """Record that `csr`'s structure passed the check (the kernel's own, or `as_csr`'s)."""
+    STRUCTURES.put(csr.indptr, csr.indices, (csr.shape,), True)
+
+
+def as_csr(A, name: str = "A") -> scipy.sparse.csr_matrix:
+    """A canonical CSR form of `A`: sorted, no duplicates, native int32/int64 index arrays of one
+    dtype, float32/float64 values; `A` itself when it already is one.
+
+    A matrix whose structure passed an earlier call (`structure_checked`) only gets the O(1)
+    checks of its values. Otherwise the raw arrays are checked first (`inputs.check_matrix`), so
+    that no scipy routine that assumes a valid structure (conversion, `sum_duplicates`, written
+    in C++) ever sees a broken one: those crash or answer wrongly instead of raising."""
+    if not scipy.sparse.issparse(A):
+        raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
+    if A.format == "csr" and structure_checked(A):
+        # The values may have been replaced since the structure was checked.
+        check_values(A.data, len(A.indices), name)
+        return A
+    return canonical(native(check_matrix(A, name)))
+
+
+def read_array(X, name: str):
+    """`X` as an array numpy can read (not yet checked); `InputError` for what it cannot."""
+    if isinstance(X, np.ndarray) or scipy.sparse.issparse(X):
+        return X
+    try:
+        return np.asarray(X)
+    except (TypeError, ValueError) as e:  # ragged nested lists, objects numpy cannot read
+        raise InputError(f"`{name}` cannot be read as an array: {e}") from None
+
+
+def dense_operand(X, name: str) -> np.ndarray:
+    """A dense operand as a 2-D array of real numbers (not yet converted); `InputError`."""
+    if scipy.sparse.issparse(X):
+        raise InputError(f"`{name}` must be a dense array, got a scipy sparse matrix")
+    X = read_array(X, name)
+    check_kind(X.dtype, f"`{name}`")
+    if X.ndim != 2:
+        raise InputError(f"`{name}` must be a 2-D array, got shape {X.shape}")
+    return X
+
+
+def check_dense(X: np.ndarray, name: str, rows: int, dtype: np.dtype) -> np.ndarray:
+    """A checked operand as a C-contiguous array of `dtype` (a copy only where needed)."""
+    if X.shape[0] != rows:
+        raise InputError(f"`{name}` must have {rows} rows, got {X.shape[0]}")
+    return np.ascontiguousarray(X, dtype=dtype)
+
+
+def value_dtype(*dtypes: np.dtype) -> np.dtype:
+    """float32 when every operand is float32, float64 otherwise (the kinds were checked before)."""
+    if all(d == np.float32 for d in dtypes):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def dense_operands(
+    op: str,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    operands: Sequence,
+    read: Callable = dense_operand,
+    fit: Callable = check_dense,
+) -> tuple[np.dtype, list, int]:
+    """(the result's dtype, the operands cast to it, their width) for `op`'s dense operands, checked
+    as `OPERANDS` describes them; `read` and `fit` check one operand (`dense_operand`,
+    `check_dense` for numpy arrays; `sp.distributed` passes its own for dask arrays)."""
+    spec = OPERANDS[op]
+    read_ = [read(X, name) for X, (name, _) in zip(operands, spec)]
+    dtype = value_dtype(dtype, *(X.dtype for X in read_))
+    fitted = [fit(X, name, shape[dim], dtype) for X, (name, dim) in zip(read_, spec)]
+    widths = [X.shape[1] for X in fitted]
+    if len(set(widths)) > 1:
+        names = " and ".join(f"`{name}`" for name, _ in spec)
+        raise InputError(f"{names} must have the same number of columns, got {' and '.join(map(str, widths))}")
+    return dtype, fitted, int(widths[0])

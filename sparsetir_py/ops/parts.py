@@ -1,0 +1,181 @@
+"""Composable formats in `sp.ops`: A decomposed by a rule module, each part in its own format.
+
+    conversion = converted(module, csr, params, "float32", "int32")    # once per structure of A
+    kernel = parts_kernel("spmm", module, params, conversion, ...)    # once per format and dtypes
+    values = conversion.values(csr.data)                               # every call: a gather
+
+The conversion is `sp.format.decompose` on A's structure: it numbers A's nonzeros 1..nnz, so
+each value slot of a part names the nonzero it holds (`Part.gathers`), and new values of A are
+one gather per part, with no conversion again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FormatError, InputError
+from ..format import FormatRewriteRule, decompose, parameter_names, rules_of
+from ..operands import StructureCache
+from ..runtime.kernel import Kernel
+from .kernels import KernelKey, compiled, fixed_width, resolve_schedule
+from .scripts import SCRIPTS
+
+#: A format of more parts than this compiles only the parts that store a nonzero of A.
+PRUNE_PARTS_OVER = 8
+#: The conversions of A's structures, by (indptr, indices) and the format's module and parameters.
+CONVERSIONS = StructureCache()
+#: Where the dense operand is checked for inf/NaN: chunks of this many entries (no temporary of its size).
+FINITE_CHUNK = 1 << 20
+
+
+@dataclass(eq=False)
+class Conversion:
+    """A's structure in a decomposed format: what every call with that structure reuses."""
+
+    rules: list[FormatRewriteRule]  #: the parts' rules, in the kernel's dtypes
+    structure: dict[str, np.ndarray]  #: the parts' structure arguments (indices, sizes)
+    gathers: dict[str, np.ndarray]  #: value argument -> 1 + position in A.data of each slot (0: padding)
+    checked: set = field(default_factory=set)  #: the kernels that have checked `structure` once
+
+    def values(self, data: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
+        """Each part's values gathered from A's (0 where the part pads)."""
+        padded = np.concatenate([np.zeros(1, dtype), np.asarray(data, dtype=dtype)])
+        return {name: padded[where] for name, where in self.gathers.items()}
+
+    @property
+    def pads(self) -> bool:
+        """Whether a part holds padding: a slot that gathers no value of A."""
+        return any(not where.all() for where in self.gathers.values())
+
+    @property
+    def shares_rows(self) -> bool:
+        """Whether two parts, or two layers of one part, may hold the same row of A: False only
+        when every part lists its rows (`rows_<rule>`, as ELL/hyb parts do) and no row repeats."""
+        rows = [self.structure.get(f"rows_{r.name}") for r in self.rules]
+        if any(not isinstance(r, np.ndarray) for r in rows):
+            return True
+        ids = np.concatenate([r.reshape(-1) for r in rows]) if rows else np.zeros(0, np.int64)
+        return len(np.unique(ids)) != len(ids)
+
+
+def format_module(format):
+    """A shipped rule file by name, or a user's rule module (anything with `rules`)."""
+    import format_rules
+
+    if isinstance(format, str):
+        module = format_rules.SHIPPED.get(format)
+        if module is None:
+            known = ", ".join(["csr", *format_rules.SHIPPED])
+            raise InputError(f"unknown format {format!r}: expected one of {known}, or a rule module")
+        return module
+    if callable(getattr(format, "rules", None)):
+        return format
+    raise InputError(f"format must be a name or a rule module with `rules(**params)`, got {type(format).__name__}")
+
+
+def check_parameters(module, params: dict) -> None:
+    """A parameter the rule file does not take is the caller's mistake: `InputError` (what the
+    file itself gets wrong is a `FormatError`, from `rules_of`)."""
+    try:
+        accepted = parameter_names(module.rules)
+    except (TypeError, ValueError):
+        return
+    given = ("A", "dtype", "idtype")  # passed by `rules_of`, not by the caller
+    unknown = [k for k in params if accepted is not None and (k not in accepted or k in given)]
+    if unknown:
+        takes = ", ".join(f"`{k}`" for k in accepted or [] if k not in given) or "none"
+        raise InputError(
+            f"format `{getattr(module, '__name__', '?')}` has no parameter {', '.join(f'`{k}`' for k in unknown)} "
+            f"(it takes {takes})"
+        )
+
+
+def converted(module, csr, params: dict, dtype: str, idtype: str) -> Conversion:
+    """A's structure decomposed by `module` with `params`, once per structure: `sp.format.decompose`
+    (float64 rules, whose values number the nonzeros exactly), and the rules for the kernel's
+    `dtype`, which must declare the same format but for the values' dtype."""
+    key = (csr.shape, id(module), repr(sorted(params.items())), dtype, idtype)
+    conversion = CONVERSIONS.get(csr.indptr, csr.indices, *key)
+    if conversion is not None:
+        return conversion
+    check_parameters(module, params)
+    rules = rules_of(module, csr, params, dtype, idtype)
+    parts = decompose(csr, module, **params).parts
+    if _layout(rules) != _layout([p.rule for p in parts]):
+        raise FormatError(
+            f"format `{getattr(module, '__name__', '?')}`: its rules for {dtype} values declare another format than "
+            "for float64 ones; a rule file's formats may differ by the values' dtype only"
+        )
+    if len(parts) > PRUNE_PARTS_OVER:
+        # An empty part computes nothing, and each part costs compile time (on the CPU about a
+        # second apiece for SpMM where parts share rows, more for SDDMM), so `hyb` with many
+        # column parts on a small matrix compiles what it uses. Few parts are all kept: one
+        # kernel then serves every matrix, instead of one per set of non-empty parts.
+        kept = [k for k, p in enumerate(parts) if p.nnz] or [0]
+        rules, parts = [rules[k] for k in kept], [parts[k] for k in kept]
+    structure = {k: v for p in parts for k, v in p.structure.items()}
+    gathers = {k: v for p in parts for k, v in p.gathers.items()}
+    conversion = Conversion(rules, structure, gathers)
+    CONVERSIONS.put(csr.indptr, csr.indices, key, conversion)
+    return conversion
+
+
+def _layout(rules) -> list:
+    """What a list of rules declares, but the dtype of its values: names, parameters (structure
+    dtypes included) and each buffer's axes (kinds, index dtypes, extents)."""
+    return [
+        (
+            r.name,
+            [(p.name, p.dtype) for p in r.new_format_desc.params],
+            [
+                (b.name, [(a.name, a.kind, a.idtype, str(a.length), str(a.nnz_cols)) for a in b.axes])
+                for b in r.new_format_desc.buffers
+            ],
+        )
+        for r in rules
+    ]
+
+
+def parts_kernel(
+    op: str, module, params: dict, conversion: Conversion, dtype: str, idtype: str, target: str, feat: int, schedule
+) -> Kernel:
+    """The kernel of `op` decomposed by the conversion's rules (the computation alone), compiled
+    once per format, parameters, dtypes, target, schedule (and width where `fixed_width`). An
+    SDDMM's output `C` moves to the parts' formats too."""
+    from schedules.common import parts as parts_schedule
+
+    from ..transform import decompose_format, remove_preprocess
+
+    if schedule is None:
+        schedule = parts_schedule(target, shared_rows=conversion.shares_rows)
+    schedule = resolve_schedule(op, target, schedule)
+    rules = conversion.rules
+    format = (
+        f"{getattr(module, '__name__', '?')}@{id(module)}{sorted(params.items())!r}:{','.join(r.name for r in rules)}"
+    )
+    key = KernelKey(op, format, dtype, idtype, target, feat if fixed_width(target, schedule) else None, schedule)
+
+    def make():
+        parts = rules if op == "spmm" else [r.with_buffer("C", like="A") for r in rules]
+        return remove_preprocess(decompose_format(SCRIPTS[op](idtype, dtype), parts))
+
+    return compiled(key, make)
+
+
+def run_parts(kernel: Kernel, conversion: Conversion, args: dict, thread_args: dict) -> None:
+    """Run a decomposed kernel on the arguments it takes; the converted structure is checked on
+    its first run with this kernel only (the conversion is cached with A's structure, so later
+    calls reuse checked arrays)."""
+    checked = id(kernel) in conversion.checked
+    wanted = set(kernel.parameters)
+    kernel(**{k: v for k, v in args.items() if k in wanted}, check_structure=not checked, **thread_args)
+    conversion.checked.add(id(kernel))
+
+
+def all_finite(X: np.ndarray) -> bool:
+    """Whether every entry of `X` is finite, in chunks of `FINITE_CHUNK` (no temporary of X's
+    size); stops at the first chunk that holds an inf or a NaN."""
+    flat = X.reshape(-1)
+    return all(np.isfinite(flat[i : i + FINITE_CHUNK]).all() for i in range(0, len(flat), FINITE_CHUNK))

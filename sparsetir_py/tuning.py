@@ -1,0 +1,628 @@
+"""The search behind `sp.tune` and `format="auto"`: format, parameters and schedule per matrix
+(the contract is docs/design.md §3c).
+
+    result = sp.tune.spmm(A, 128)          # ranks candidates, times the best few, caches the winner
+    print(result.table)                    # every candidate: predicted and measured ms
+    C = sp.ops.spmm(A, B, **result.ops_kwargs())
+    C = sp.ops.spmm(A, B, format="auto")   # the same, through the cache
+
+The search times candidates through the operator it is given (`tune(..., run=...)`): `sp.tune`
+passes `sp.ops.spmm` / `sp.ops.sddmm`, and `sp.ops` passes its own when `format="auto"` tunes.
+So this module imports neither: it sits below both.
+
+Candidates are (format, parameters, schedule): CSR with rows split into equal ranges of rows or
+of nonzeros (one contiguous range per thread), each also taking four nonzeros at a time (SpMM:
+one update of C's row for four; SDDMM: four dot products in one sweep over X's row), each also
+compiled for the one width
+(`*_fixed` schedules: the width a constant, so that LLVM sizes the vectors to it), SDDMM over
+nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+histogram, the spread of columns (how much of B each column partition keeps in cache) and the
+padding each format adds; the best `top` are timed briefly (each after one untimed call that
+converts and compiles), in rounds of one call each so that noise costs them alike, and the fastest
+wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the kernels:
+`$SPARSETIR_CACHE_DIR`; or `$SPARSETIR_TUNE_DIR/<key>.json`), keyed by a fingerprint of A's
+structure, the width, the target, the machine (processor, cores, threads) and this module's
+version, so a second process does not tune again.
+
+A cached entry is checked against today's candidates before it is used: every field of the
+expected type, each candidate (format, parameters, schedule) one that this version would try for
+this matrix, width and target. Anything else (an entry written by another version sharing the
+cache, a damaged or oversized file) is tuned again and overwritten, with one `CacheWarning`.
+Writes are atomic and leave no temporary file behind; a cache folder that cannot be written keeps
+the result in memory (`runtime/cache.py`).
+
+Problems too small to amortise conversion (fewer than `TIMING_GRAIN` multiply-adds) are not
+timed: the model picks among CSR schedules alone. CUDA candidates are ranked by the model but
+timed only where a GPU is present; without one, CUDA keeps CSR with its default schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import html
+import itertools
+import json
+import math
+import os
+import platform
+import stat
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+
+from .codegen.cpu import SPLIT_PARTS
+from .errors import InputError
+from .operands import as_csr
+from .runtime.cache import CacheWarning, cache_dir, write_file
+from .runtime.cpu_intrinsics import split_bound
+
+TUNE_FORMAT = 6  # bump when candidates or the model change: cached results are then ignored
+TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
+MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
+_MEMORY: dict[str, TuneResult] = {}
+
+
+# -------------------------------------------------------------------- results
+@dataclass
+class Candidate:
+    """One configuration: `sp.ops` arguments and what the model and the timer said of it."""
+
+    format: str
+    params: dict
+    schedule: str | None
+    predicted_s: float
+    measured_s: float | None = None
+    setup_s: float | None = None  # the untimed first call: conversion and compilation
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        text = self.format + (f"({params})" if params else "")
+        return text + (f" / {self.schedule}" if self.schedule else "")
+
+
+class Table:
+    """What was tried, one row per candidate in model order: printable, HTML in Jupyter."""
+
+    COLUMNS = ("rank", "candidate", "model ms", "measured ms", "setup ms", "note")
+
+    def __init__(self, candidates: list[Candidate], winner: Candidate):
+        self.candidates = candidates
+        self.winner = winner
+
+    def rows(self) -> list[tuple[str, ...]]:
+        def ms(v):
+            return "-" if v is None else f"{v * 1e3:.3f}"
+
+        out = []
+        for rank, c in enumerate(self.candidates, 1):
+            note = c.error or ("chosen" if c is self.winner else ("" if c.measured_s is not None else "not timed"))
+            out.append((str(rank), c.label, ms(c.predicted_s), ms(c.measured_s), ms(c.setup_s), note))
+        return out
+
+    def __str__(self) -> str:
+        rows = [self.COLUMNS, *self.rows()]
+        widths = [max(len(r[k]) for r in rows) for k in range(len(self.COLUMNS))]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<tuning table: {len(self.candidates)} candidates, chosen {self.winner.label}>"
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in self.rows())
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __iter__(self):
+        return iter(self.candidates)
+
+
+@dataclass
+class TuneResult:
+    """The chosen configuration (`.format`, `.params`, `.schedule`), its time per call in seconds
+    (`.seconds`: measured, or the model's estimate where nothing was timed), the time the search
+    took (`.tuning_seconds`; 0 when it came from the cache: `.cached`), and `.table`."""
+
+    op: str
+    format: str
+    params: dict
+    schedule: str | None
+    seconds: float
+    measured: bool
+    table: Table
+    tuning_seconds: float
+    key: str
+    cached: bool = False
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def ops_kwargs(self) -> dict:
+        """Keyword arguments of `sp.ops.spmm` / `sp.ops.sddmm` that run the chosen configuration."""
+        return {"format": self.format, "schedule": self.schedule, **self.params}
+
+    def __str__(self) -> str:
+        how = "measured" if self.measured else "model"
+        head = f"{self.op}: {self.table.winner.label} ({self.seconds * 1e3:.3f} ms per call, {how})"
+        return f"{head}\n{self.table}"
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(str(self).splitlines()[0])}</p>{self.table._repr_html_()}"
+
+
+# -------------------------------------------------------------------- the machine and the matrix
+@dataclass(frozen=True)
+class Machine:
+    threads: int
+    l2_bytes: int  # per core
+    l3_bytes: int  # shared
+    stream_bps: float = 35e9  # streaming bandwidth, 2 threads (docs/design.md §5)
+
+    def gather_bps(self, table_bytes: float) -> float:
+        """Rate of reading rows of a dense operand of `table_bytes` at random: from L2 when it fits
+        there, from L3 when it fits there, else from memory."""
+        if table_bytes <= self.l2_bytes:
+            return 4.0 * self.stream_bps
+        if table_bytes <= self.l3_bytes:
+            return 1.6 * self.stream_bps
+        return self.stream_bps
+
+
+def _cache_size(level: int, default: int) -> int:
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in sorted(base.glob("index*")):
+            if (index / "level").read_text().strip() == str(level) and (index / "type").read_text().strip() in (
+                "Unified",
+                "Data",
+            ):
+                text = (index / "size").read_text().strip().upper()
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1], 1)
+                return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+def machine() -> Machine:
+    import numba
+
+    return Machine(numba.get_num_threads(), _cache_size(2, 1 << 20), _cache_size(3, 32 << 20))
+
+
+def _machine_id(m: Machine) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}|{os.cpu_count()}|{m.threads}|{m.l2_bytes}|{m.l3_bytes}"
+
+
+@dataclass
+class Structure:
+    """What the model reads of A: sizes, row lengths, and the work of a static row split."""
+
+    m: int
+    n: int
+    nnz: int
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, csr: scipy.sparse.csr_matrix) -> Structure:
+        return cls(csr.shape[0], csr.shape[1], csr.nnz, np.diff(csr.indptr).astype(np.int64))
+
+    def static_imbalance(self, threads: int) -> float:
+        """Largest thread's share of the nonzeros when rows are split into equal contiguous
+        ranges (Numba's static `prange`), over an even share."""
+        if self.nnz == 0 or threads <= 1:
+            return 1.0
+        cuts = np.linspace(0, self.m, threads + 1).astype(np.int64)
+        ends = np.concatenate([[0], np.cumsum(self.lengths)])
+        return float(np.diff(ends[cuts]).max() * threads / self.nnz)
+
+    def split_imbalance(self, threads: int) -> float:
+        """The same with rows split by nonzeros (`split_by`: `SPLIT_PARTS` contiguous ranges of
+        equal weight, found by the kernels' own `split_bound`, in equal blocks of ranges per
+        thread): bounded by the longest row (a row cannot be shared)."""
+        if self.nnz == 0 or threads <= 1:
+            return 1.0
+        ends = np.concatenate([[0], np.cumsum(self.lengths)])
+        bounds = [split_bound(ends, self.m, p, SPLIT_PARTS) for p in range(SPLIT_PARTS + 1)]
+        blocks = np.array_split(np.arange(SPLIT_PARTS), threads)
+        per_thread = [ends[bounds[b[-1] + 1]] - ends[bounds[b[0]]] for b in blocks if len(b)]
+        return max(1.0, float(max(per_thread) * threads / self.nnz))
+
+    def padded_ell(self, buckets: list[int], col_parts: int) -> float:
+        """Stored slots of hyb(`col_parts`, `buckets`) over nnz, assuming each row's nonzeros
+        spread evenly over the column parts."""
+        if self.nnz == 0:
+            return 1.0
+        per_part = np.ceil(self.lengths / col_parts)
+        per_part = per_part[per_part > 0]
+        widths = np.asarray(buckets, np.float64)
+        long = per_part > widths[-1]
+        slot = widths[np.minimum(np.searchsorted(widths, per_part), len(widths) - 1)]
+        slot[long] = np.ceil(per_part[long] / widths[-1]) * widths[-1]
+        return float(slot.sum() * col_parts / self.nnz)
+
+
+def fingerprint(csr: scipy.sparse.csr_matrix) -> str:
+    h = hashlib.sha256()
+    h.update(repr((csr.shape, str(csr.indptr.dtype), str(csr.indices.dtype))).encode())
+    h.update(np.ascontiguousarray(csr.indptr).tobytes())
+    h.update(np.ascontiguousarray(csr.indices).tobytes())
+    return h.hexdigest()[:32]
+
+
+# -------------------------------------------------------------------- candidates and the model
+def _default_buckets(s: Structure, col_parts: int) -> list[int]:
+    longest = math.ceil(s.lengths.max(initial=1) / col_parts) if s.m else 1
+    top = 1 << max(0, min(5, math.ceil(math.log2(max(longest, 1)))))
+    return [1 << k for k in range(int(math.log2(top)) + 1)]
+
+
+def _model_csr(op: str, s: Structure, w: int, mach: Machine, imbalance: float) -> float:
+    if op == "spmm":
+        gather = s.nnz * w * 4 / mach.gather_bps(s.n * w * 4)
+        stream = (s.nnz * 8 + s.m * w * 4 * 2) / mach.stream_bps
+    else:
+        gather = s.nnz * w * 4 / mach.gather_bps(s.n * w * 4)
+        stream = (s.nnz * 12 + s.m * w * 4) / mach.stream_bps
+    return (gather + stream) / mach.threads * imbalance + s.m * 2e-9 + 8e-6
+
+
+def candidates(op: str, s: Structure, w: int, target: str, mach: Machine, *, every: bool = False) -> list[Candidate]:
+    """Every configuration worth considering for this matrix, with the model's time, best first.
+
+    `every`: also those left out below `TIMING_GRAIN` (what a cached entry may hold)."""
+    out: list[Candidate] = []
+    cpu = target == "cpu"
+    if cpu:
+        static, split = s.static_imbalance(mach.threads), s.split_imbalance(mach.threads)
+        mean = s.nnz / max(s.m, 1)
+        if op == "spmm":
+            # Four nonzeros per update of C's row: fewer loads and stores of C, more independent
+            # gathers; rows shorter than a chunk gain little (their remainder is most of them).
+            gain = 0.8 if mean >= 8 else 1.05
+        else:
+            # Four dot products per sweep over X's row (one load of X for four nonzeros): pays
+            # where the sweep is long and rows hold full chunks.
+            gain = 0.85 if w >= 64 and mean >= 4 else 1.05
+        # The width compiled in (`fixed_width` schedules): LLVM sizes the feature loop's vectors
+        # and unrolling to it (SpMM plcomm width 128: 2.5x faster). At narrow widths a plain loop of
+        # a constant length is unrolled into scalar code (slow); with four accumulators or rows of
+        # B in flight it stays vectorised. SpMM at width 32, x4 fixed vs x4 (ms): wiki-Vote 0.183
+        # vs 0.236, 4elt 0.162 vs 0.186, pubmed and citeseer even; SDDMM: even or slower.
+        wide = w >= 64
+        plain = 0.7 if wide else 3.0
+        unrolled = 0.8 if wide else (0.85 if op == "spmm" else 1.0)
+        # Every CSR schedule `csr_cpu_rows[_split][_x4][_fixed]`: rows split into equal ranges of
+        # rows or of nonzeros, one or four nonzeros at a time, the width a run-time value or
+        # compiled in. Rows handed out in dynamic chunks (`_balanced`) are not candidates: the
+        # split by nonzeros balances as well and streams longer ranges (measured on 7 graphs at
+        # widths 32/128/512, SDDMM: within 2% of the dynamic chunks where those won, up to 1.4x
+        # faster elsewhere; wiki-Vote width 512: 1.27 ms vs 1.76 ms), and Numba caches its kernels.
+        splits = (("", static), ("_split", split))
+        # The split's ranges cost two binary searches over indptr each (1.3 us of a 5.5 us SpMM on
+        # jazz, 5k nonzeros, width 32).
+        searches = 2 * SPLIT_PARTS * math.log2(s.m + 2) * 1.5e-9 / mach.threads
+        for (split, imbalance), x4, fixed in itertools.product(splits, (False, True), (False, True)):
+            name = "csr_cpu_rows" + split + ("_x4" if x4 else "") + ("_fixed" if fixed else "")
+            factor = (gain if x4 else 1.0) * ((unrolled if x4 else plain) if fixed else 1.0)
+            extra = searches if split else 0.0
+            out.append(Candidate("csr", {}, name, _model_csr(op, s, w, mach, imbalance) * factor + extra))
+        if op == "sddmm":
+            search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
+            xrows = s.nnz * w * 4 / mach.gather_bps(s.m * w * 4) / mach.threads
+            out.append(Candidate("csr", {}, "csr_cpu_nonzeros", _model_csr(op, s, w, mach, 1.02) + search + xrows))
+    else:
+        out.append(Candidate("csr", {}, None, _model_csr(op, s, w, mach, 1.0)))
+    if every or s.nnz * w >= TIMING_GRAIN or not cpu:
+        for parts in (1, 2, 4, 8):
+            if parts > 1 and (op == "sddmm" or s.n < 2048 * parts):
+                continue
+            buckets = _default_buckets(s, parts)
+            pad = s.padded_ell(buckets, parts)
+            slice_bytes = s.n * w * 4 / parts
+            gather = s.nnz * pad * w * 4 / mach.gather_bps(slice_bytes)
+            stream = (s.nnz * pad * 8 + s.m * w * 4 * (1 + parts)) / mach.stream_bps
+            # Each part and layer is a parallel loop of its own where rows are shared (CPU): a row
+            # longer than the largest bucket adds a layer per bucket-width of it.
+            layers = math.ceil(s.lengths.max(initial=0) / parts / buckets[-1]) if s.m else 0
+            overhead = (len(buckets) + max(0, layers - 1)) * parts * 12e-6
+            t = (gather + stream) / mach.threads * 1.05 + overhead
+            out.append(Candidate("hyb", {"num_col_parts": parts, "buckets": buckets}, None, t))
+    out.sort(key=lambda c: c.predicted_s)
+    return out
+
+
+# -------------------------------------------------------------------- timing
+def _operands(op: str, csr, w: int, dtype) -> tuple:
+    rng = np.random.default_rng(0)
+    m, n = csr.shape
+    if op == "spmm":
+        return (rng.uniform(-1, 1, (n, w)).astype(dtype),)
+    return rng.uniform(-1, 1, (m, w)).astype(dtype), rng.uniform(-1, 1, (n, w)).astype(dtype)
+
+
+def _setup(run: Callable, csr, operands, c: Candidate, target: str):
+    """The candidate's call of `run`, after one untimed run that converts and compiles (its time
+    is `setup_s`); None when the candidate cannot run here (reported in the table, not fatal)."""
+    kwargs = {"format": c.format, "target": target, "schedule": c.schedule, **c.params}
+    try:
+        t0 = time.perf_counter()
+        run(csr, *operands, **kwargs)
+        c.setup_s = time.perf_counter() - t0
+    except Exception as e:
+        c.error = f"{type(e).__name__}: {e}"[:160]
+        return None
+    return lambda: run(csr, *operands, **kwargs)
+
+
+def _time_together(calls: dict, budget: float, max_rounds: int = 400) -> dict:
+    """Median seconds per call of each candidate, timed in rounds (one call of each per round,
+    in turn), so that a slow or busy stretch of the machine costs every candidate alike; at
+    least 5 rounds, then until `budget` seconds per candidate are spent."""
+    times: dict = {c: [] for c in calls}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < 5 or (time.perf_counter() - start < budget * len(calls) and rounds < max_rounds):
+        for c, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[c].append(time.perf_counter() - t0)
+        rounds += 1
+    return {c: float(np.median(v)) for c, v in times.items()}
+
+
+def _gpu_present() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+# -------------------------------------------------------------------- the search
+def _key(op: str, csr, w: int, target: str, mach: Machine, dtype) -> str:
+    text = "|".join(
+        [__name__, str(TUNE_FORMAT), op, fingerprint(csr), str(w), target, str(np.dtype(dtype)), _machine_id(mach)]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _disk_path(key: str) -> Path:
+    """`$SPARSETIR_TUNE_DIR/<key>.json` when set (the test suite points it at a scratch folder, so
+    that choices timed on a loaded machine never reach a user's cache), else `<cache>/tune/`."""
+    explicit = os.environ.get("SPARSETIR_TUNE_DIR")
+    if explicit:
+        return Path(explicit).expanduser() / f"{key}.json"
+    return cache_dir() / "tune" / f"{key}.json"
+
+
+class _Damaged(Exception):
+    """A cached tuning entry that cannot be used (the reason)."""
+
+
+def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine) -> TuneResult | None:
+    """The cached result, or None when there is none (or it cannot be read: the save says why).
+    An entry that is not one today's search could have written is damage: one `CacheWarning`,
+    and None, so that it is tuned again and overwritten."""
+    path = _disk_path(key)
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Damaged("not a regular file")
+        if info.st_size > MAX_ENTRY_BYTES:
+            raise _Damaged(f"{info.st_size} bytes, more than a result holds")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_ENTRY_BYTES + 1)
+        if len(raw) > MAX_ENTRY_BYTES:
+            raise _Damaged("more bytes than a result holds")
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
+            raise _Damaged(f"not JSON ({type(e).__name__})") from None
+        s = Structure.of(csr)
+        today = candidates(op, s, feat, target, mach, every=True), candidates(op, s, feat, target, mach)
+        try:
+            cands, winner = _parse_entry(data, op, target, *today)
+        except RecursionError:  # a value nested nearly as deep as the parser allows
+            raise _Damaged("values nested too deep") from None
+    except OSError:
+        return None  # missing, or a folder that cannot be read: tune (the save reports an unusable folder)
+    except _Damaged as e:
+        warnings.warn(CacheWarning(f"tuning cache entry {path} is damaged or stale ({e}); tuning again and "
+                                   "overwriting it"), stacklevel=4)  # fmt: skip
+        return None
+    seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
+    return TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
+                      Table(cands, winner), 0.0, key, cached=True, candidates=cands)  # fmt: skip
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))
+
+
+def _identity(format: str, params: dict, schedule: str | None) -> str:
+    """A candidate's configuration as canonical JSON: equal only for equal values of equal types
+    (`True`, `1` and `1.0` differ, as they do to the code that reads them)."""
+    return json.dumps([format, params, schedule], sort_keys=True)
+
+
+def _parse_entry(data, op: str, target: str, every: list[Candidate], least: list[Candidate]):
+    """The candidates and the winner of a cached entry, checked field by field and against today's
+    search (`every` candidate it may list, at `least` those it lists at today's `TIMING_GRAIN`):
+    the same configurations and model times, in model order, and the winner the search would pick
+    from the times recorded. `_Damaged` otherwise."""
+    if not isinstance(data, dict) or set(data) != {"op", "winner", "candidates"}:
+        raise _Damaged("expected an object with op, winner and candidates")
+    if data["op"] != op:
+        raise _Damaged(f"op {_short(data['op'])}, expected {op!r}")
+    rows = data["candidates"]
+    if not isinstance(rows, list) or not 1 <= len(rows) <= len(every):
+        raise _Damaged(f"expected a list of 1 to {len(every)} candidates")
+    winner = data["winner"]
+    if type(winner) is not int or not 0 <= winner < len(rows):
+        raise _Damaged(f"winner {_short(winner)} is not the index of a candidate")
+    known = {_identity(c.format, c.params, c.schedule): c for c in every}
+    cands = [_parse_candidate(row, known) for row in rows]
+    names = [_identity(c.format, c.params, c.schedule) for c in cands]
+    if len(set(names)) < len(names) or not {_identity(c.format, c.params, c.schedule) for c in least} <= set(names):
+        raise _Damaged("the candidates are not those this version tries for this matrix")
+    if any(a.predicted_s > b.predicted_s for a, b in itertools.pairwise(cands)):
+        raise _Damaged("the candidates are not in the model's order")
+    chosen = cands[winner]
+    measured = [c.measured_s for c in cands if c.measured_s is not None]
+    if measured:
+        expected = chosen.measured_s == min(measured)
+    else:  # nothing timed: the model's best (CUDA: CSR's default schedule)
+        expected = chosen is next((c for c in cands if c.format == "csr"), None) if target == "cuda" else winner == 0
+    if not expected or chosen.error is not None:
+        raise _Damaged(f"winner {winner} is not the candidate the search picks from these times")
+    return cands, chosen
+
+
+def _parse_candidate(row, known: dict[str, Candidate]) -> Candidate:
+    if not isinstance(row, dict) or set(row) != set(_FIELDS):
+        raise _Damaged(f"a candidate must have the fields {', '.join(_FIELDS)}")
+    if not isinstance(row["format"], str) or not isinstance(row["params"], dict):
+        raise _Damaged("a candidate's format must be a string and its params an object")
+    if row["schedule"] is not None and not isinstance(row["schedule"], str):
+        raise _Damaged("a candidate's schedule must be a string or null")
+    today = known.get(_identity(row["format"], row["params"], row["schedule"]))
+    if today is None:
+        label = _short(f"{row['format']} {row['params']} / {row['schedule']}", 120)
+        raise _Damaged(f"{label} is not a candidate of this version for this matrix")
+    for name in ("predicted_s", "measured_s", "setup_s"):
+        value = row[name]
+        if value is None and name != "predicted_s":
+            continue
+        if type(value) not in (int, float) or not 0 <= value < math.inf:
+            raise _Damaged(f"a candidate's {name} must be a non-negative number, got {_short(value)}")
+    if not math.isclose(row["predicted_s"], today.predicted_s, rel_tol=1e-9):
+        raise _Damaged(f"{today.label}: the model's time is not today's model's")
+    if row["error"] is not None and not isinstance(row["error"], str):
+        raise _Damaged("a candidate's error must be a string or null")
+    # Timed candidates have both times; one that failed has neither, and its error.
+    if (row["measured_s"] is None) != (row["setup_s"] is None) or (row["error"] and row["measured_s"] is not None):
+        raise _Damaged(f"{today.label}: its times and error do not go together")
+    return Candidate(**{**row, "predicted_s": float(row["predicted_s"])})
+
+
+def _short(value, limit: int = 40) -> str:
+    """A cached value for a message, at most `limit` characters."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _save(result: TuneResult) -> None:
+    """Write the result atomically (no temporary file is left, even when the write fails); a cache
+    that cannot be written keeps it in this process (`write_file` warns once)."""
+    data = {
+        "op": result.op,
+        "winner": result.candidates.index(result.table.winner),
+        "candidates": [dataclasses.asdict(c) for c in result.candidates],
+    }
+    path = _disk_path(result.key)
+    try:
+        write_file(path, json.dumps(data).encode())
+    except OSError as e:  # not even a temporary folder can be written: the result holds in memory
+        warnings.warn(CacheWarning(f"tuning result {path} could not be saved ({e})"), stacklevel=3)
+
+
+def tune(
+    op: str,
+    A,
+    feat: int,
+    target: str = "cpu",
+    *,
+    run: Callable,
+    top: int = 4,
+    budget: float = 0.25,
+    progress: bool | None = None,
+    cache: bool = True,
+    dtype=np.float32,
+) -> TuneResult:
+    """Search `op` ("spmm" or "sddmm") for matrix `A` at width `feat` (see the module docstring).
+
+    `run`: the operator that times a candidate, called as `run(A, *operands, format=...,
+    target=..., schedule=..., **params)` (`sp.ops.spmm` / `sp.ops.sddmm`); `top`: how many of
+    the model's best are timed; `budget`: seconds of timed calls per
+    candidate (at least 3 calls); `progress`: a tqdm bar while candidates are timed and the table
+    printed after (None: only on a terminal); `cache`: read and write the on-disk cache.
+    """
+    if op not in ("spmm", "sddmm"):
+        raise InputError(f"unknown operator {op!r}: expected 'spmm' or 'sddmm'")
+    if target not in ("cpu", "cuda"):
+        raise InputError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
+    if not isinstance(feat, (int, np.integer)) or isinstance(feat, bool) or feat < 0:
+        raise InputError(f"feat must be a non-negative int, got {feat!r}")
+    if not isinstance(top, int) or top < 1:
+        raise InputError(f"top must be a positive int, got {top!r}")
+    csr = as_csr(A)
+    mach = machine()
+    key = _key(op, csr, int(feat), target, mach, dtype)
+    if cache:
+        hit = _MEMORY.get(key) or _load(key, op, csr, int(feat), target, mach)
+        if hit is not None:
+            _MEMORY[key] = hit
+            return dataclasses.replace(hit, cached=True, tuning_seconds=0.0)
+    start = time.perf_counter()
+    s = Structure.of(csr)
+    cands = candidates(op, s, int(feat), target, mach)
+    timed = cands[:top] if (s.nnz * feat >= TIMING_GRAIN and (target == "cpu" or _gpu_present())) else []
+    show = _interactive() if progress is None else bool(progress)
+    if timed:
+        from tqdm.auto import tqdm
+
+        operands = _operands(op, csr, int(feat), dtype)
+        calls = {}
+        for c in tqdm(timed, desc=f"tuning {op} (width {feat})", unit="candidate", disable=not show, leave=False):
+            call = _setup(run, csr, operands, c, target)
+            if call is not None:
+                calls[id(c)] = call
+        if calls:
+            medians = _time_together(calls, budget)
+            for c in timed:
+                if id(c) in medians:
+                    c.measured_s = medians[id(c)]
+    ok = [c for c in timed if c.measured_s is not None]
+    if ok:
+        winner = min(ok, key=lambda c: c.measured_s)
+    elif target == "cuda":
+        # The model is calibrated on the CPU only: untimed, CUDA keeps CSR's default schedule.
+        winner = next(c for c in cands if c.format == "csr")
+    else:
+        winner = cands[0]
+    seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
+    result = TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
+                        Table(cands, winner), time.perf_counter() - start, key, candidates=cands)  # fmt: skip
+    _MEMORY[key] = result
+    if cache:
+        _save(result)
+    if show:
+        print(result)
+    return result
+
+
+def _interactive() -> bool:
+    import sys
+
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
