@@ -21,6 +21,9 @@ nonzero goes to which part, so a `convert` is needed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 import scipy.sparse
 
@@ -75,58 +78,18 @@ def infer(A, rule, dtype=None) -> dict[str, object]:
     buf = rule.new_buffer(rule.buffers_to_rewrite[0])
     by_name = dict(zip(rule.axes_after_rewrite, mapped))
     ranges = _ranges(rule, m, n)
-    scalars: dict[Var, int] = {}
-    arrays: dict[Var, np.ndarray] = {}
-    idtype = np.dtype(buf.axes[0].idtype)
+    levels = _Levels(rule, ranges, np.dtype(buf.axes[0].idtype))
     pos = np.zeros(len(rows), np.int64)  # each nonzero's position in the level built so far
     n_pos = 1  # positions of that level
     for level, axis in enumerate(buf.axes):
         coord = by_name.get(axis.name)
         if coord is None:
             raise FormatError(f"rule `{rule.name}`: axis `{axis.name}` of `{buf.name}` is not in axes_after_rewrite")
-        if axis.kind == DENSE_FIXED:
-            length = ranges[axis.name] if level == 0 else _size(axis.length, scalars, ranges[axis.name])
-            _solve(rule, axis.length, length, scalars)
-            pos, n_pos = pos * length + coord, n_pos * length
-            slots_fit(f"rule `{rule.name}`: the inferred level `{axis.name}`", n_pos, idtype)
-        elif axis.kind in (SPARSE_VARIABLE, DENSE_VARIABLE):
-            key_pos, key = pos, coord
-            if axis.kind == SPARSE_VARIABLE:
-                keys = np.unique(key_pos * (int(coord.max(initial=0)) + 1) + key)
-                parent = keys // (int(coord.max(initial=0)) + 1)
-                indices = keys % (int(coord.max(initial=0)) + 1)
-            else:  # every coordinate up to the row's largest
-                largest = np.full(n_pos, -1, np.int64)
-                np.maximum.at(largest, key_pos, key)
-                parent = np.repeat(np.arange(n_pos), largest + 1)
-                indices = np.arange(len(parent)) - np.repeat(np.cumsum(largest + 1) - (largest + 1), largest + 1)
-            indptr = np.zeros(n_pos + 1, np.int64)
-            np.cumsum(np.bincount(parent, minlength=n_pos), out=indptr[1:])
-            new_pos = indptr[key_pos] + _within(parent, indices, indptr, key_pos, key)
-            _solve(rule, axis.length, ranges[axis.name], scalars)
-            _solve(rule, axis.nnz, len(indices), scalars)
-            arrays[axis.indptr] = indptr.astype(idtype)
-            if axis.indices is not None:
-                arrays[axis.indices] = indices.astype(idtype)
-            pos, n_pos = new_pos, len(indices)
-        elif axis.kind == SPARSE_FIXED:
-            width = int(coord.max(initial=0)) + 1
-            keys = np.unique(pos * width + coord)
-            counts = np.bincount(keys // width, minlength=n_pos)
-            if len(set(counts.tolist())) > 1:
-                raise FormatError(
-                    f"rule `{rule.name}`: sparse_fixed axis `{axis.name}` needs the same number of coordinates under "
-                    f"every parent, but the matrix gives {counts.min()} to {counts.max()}; where padding goes depends "
-                    "on the format: write a `convert(A, **params)`"
-                )
-            cols_per = int(counts[0]) if len(counts) else 0
-            _solve(rule, axis.nnz_cols, cols_per, scalars)
-            _solve(rule, axis.length, ranges[axis.name], scalars)
-            arrays[axis.indices] = (keys % width).astype(idtype)
-            pos = np.searchsorted(keys, pos * width + coord)
-            n_pos = len(keys)
-        else:  # pragma: no cover - the verifier knows every kind
+        build = _INFER_LEVEL.get(axis.kind)
+        if build is None:  # pragma: no cover - the verifier knows every kind
             raise FormatError(f"rule `{rule.name}`: cannot infer an axis of kind {axis.kind}")
+        pos, n_pos = build(levels, level, axis, coord, pos, n_pos)
+    scalars, arrays = levels.scalars, levels.arrays
     values = np.zeros(n_pos, dtype or csr.dtype)
     values[pos] = csr.data
     arrays[buf.data] = values
@@ -141,6 +104,92 @@ def infer(A, rule, dtype=None) -> dict[str, object]:
                 f"rule `{rule.name}`: cannot infer parameter `{p.name}` from the matrix; write a `convert`"
             )
     return out
+
+
+@dataclass
+class _Levels:
+    """What inference has found so far, level by level: the rule's size parameters (`scalars`)
+    and structure arrays (`arrays`), keyed by parameter."""
+
+    rule: Any
+    ranges: dict[str, int]  # the number of values each new coordinate takes (`_ranges`)
+    idtype: np.dtype
+    scalars: dict[Var, int] = field(default_factory=dict)
+    arrays: dict[Var, np.ndarray] = field(default_factory=dict)
+
+
+# One function per axis kind: `(levels, level, axis, coord, pos, n_pos) -> (pos, n_pos)`, given each
+# nonzero's coordinate on the axis and its position in the level above (of `n_pos` positions),
+# records the axis's arrays and sizes and returns each nonzero's position in the new level.
+
+
+def _dense_fixed(levels: _Levels, level: int, axis, coord, pos, n_pos):
+    """Every coordinate in `[0, length)`: a root's length is the count over the original shape,
+    a nested one's is the rule's (or that count)."""
+    rule, ranges = levels.rule, levels.ranges
+    length = ranges[axis.name] if level == 0 else _size(axis.length, levels.scalars, ranges[axis.name])
+    _solve(rule, axis.length, length, levels.scalars)
+    pos, n_pos = pos * length + coord, n_pos * length
+    slots_fit(f"rule `{rule.name}`: the inferred level `{axis.name}`", n_pos, levels.idtype)
+    return pos, n_pos
+
+
+def _sparse_variable(levels: _Levels, level: int, axis, coord, pos, n_pos):
+    """The distinct coordinates under each parent position, sorted."""
+    width = int(coord.max(initial=0)) + 1
+    keys = np.unique(pos * width + coord)
+    return _variable(levels, axis, keys // width, keys % width, pos, coord, n_pos)
+
+
+def _dense_variable(levels: _Levels, level: int, axis, coord, pos, n_pos):
+    """Under each parent position, every coordinate up to the largest stored one."""
+    largest = np.full(n_pos, -1, np.int64)
+    np.maximum.at(largest, pos, coord)
+    parent = np.repeat(np.arange(n_pos), largest + 1)
+    indices = np.arange(len(parent)) - np.repeat(np.cumsum(largest + 1) - (largest + 1), largest + 1)
+    return _variable(levels, axis, parent, indices, pos, coord, n_pos)
+
+
+def _variable(levels: _Levels, axis, parent, indices, pos, coord, n_pos):
+    """A variable level of the coordinates `indices` under positions `parent`: `indptr` (and
+    `indices`), its length and nnz."""
+    indptr = np.zeros(n_pos + 1, np.int64)
+    np.cumsum(np.bincount(parent, minlength=n_pos), out=indptr[1:])
+    new_pos = indptr[pos] + _within(parent, indices, indptr, pos, coord)
+    _solve(levels.rule, axis.length, levels.ranges[axis.name], levels.scalars)
+    _solve(levels.rule, axis.nnz, len(indices), levels.scalars)
+    levels.arrays[axis.indptr] = indptr.astype(levels.idtype)
+    if axis.indices is not None:
+        levels.arrays[axis.indices] = indices.astype(levels.idtype)
+    return new_pos, len(indices)
+
+
+def _sparse_fixed(levels: _Levels, level: int, axis, coord, pos, n_pos):
+    """The same number of distinct coordinates under every parent position (else where padding
+    goes depends on the format, which only a `convert` knows)."""
+    rule = levels.rule
+    width = int(coord.max(initial=0)) + 1
+    keys = np.unique(pos * width + coord)
+    counts = np.bincount(keys // width, minlength=n_pos)
+    if len(set(counts.tolist())) > 1:
+        raise FormatError(
+            f"rule `{rule.name}`: sparse_fixed axis `{axis.name}` needs the same number of coordinates under "
+            f"every parent, but the matrix gives {counts.min()} to {counts.max()}; where padding goes depends "
+            "on the format: write a `convert(A, **params)`"
+        )
+    cols_per = int(counts[0]) if len(counts) else 0
+    _solve(rule, axis.nnz_cols, cols_per, levels.scalars)
+    _solve(rule, axis.length, levels.ranges[axis.name], levels.scalars)
+    levels.arrays[axis.indices] = (keys % width).astype(levels.idtype)
+    return np.searchsorted(keys, pos * width + coord), len(keys)
+
+
+_INFER_LEVEL = {
+    DENSE_FIXED: _dense_fixed,
+    SPARSE_VARIABLE: _sparse_variable,
+    DENSE_VARIABLE: _dense_variable,
+    SPARSE_FIXED: _sparse_fixed,
+}
 
 
 def _evaluate(rule, rows: np.ndarray, cols: np.ndarray) -> list[np.ndarray]:
