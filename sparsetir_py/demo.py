@@ -14,7 +14,7 @@ import numpy as np
 
 import sparsetir_py as sp
 from sparsetir_py.data import load_matrix
-from sparsetir_py.errors import InputError
+from sparsetir_py.inputs import positive_int
 from sparsetir_py.ops import sddmm_script, spmm_script
 
 FEAT = 32
@@ -41,8 +41,7 @@ def median_ms(fn, repeat: int | None = None) -> float:
 
 
 def _check_repeat(repeat) -> None:
-    if not isinstance(repeat, int | np.integer) or isinstance(repeat, bool) or repeat < 1:
-        raise InputError(f"`repeat` must be a positive integer, got {repeat!r}")
+    positive_int("`repeat`", repeat)
 
 
 def max_error(result: np.ndarray, reference: np.ndarray) -> float:

@@ -80,7 +80,7 @@ import scipy.sparse
 
 from . import ops
 from .errors import DistributedError, InputError
-from .inputs import check_kind
+from .inputs import check_kind, positive_int
 from .operands import as_csr, check_dense, dense_operand, dense_operands
 from .ops.kernels import resolve_schedule
 
@@ -1075,8 +1075,7 @@ def _partition(csr, client, row_blocks, col_blocks, replicas, timeout):
     client = _check_client(client)
     timeout = DEFAULT_TIMEOUT if timeout is None else _check_timeout(timeout)
     deadline = time.monotonic() + timeout
-    if isinstance(replicas, bool) or not isinstance(replicas, numbers.Integral) or replicas < 1:
-        raise InputError(f"`replicas` must be a positive integer, got {replicas!r}")
+    replicas = positive_int("`replicas`", replicas)
     m, n = csr.shape
     cols = _bounds(col_blocks, n, "col_blocks", lambda k: col_bounds(n, k))
     if len(cols) == 1:  # no columns: one block of width 0, so that every row block has a piece

@@ -58,6 +58,7 @@ import scipy.sparse
 
 from .codegen.cpu import SPLIT_PARTS
 from .errors import InputError
+from .inputs import positive_int
 from .operands import as_csr
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
@@ -574,8 +575,7 @@ def tune(
         raise InputError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
     if not isinstance(feat, (int, np.integer)) or isinstance(feat, bool) or feat < 0:
         raise InputError(f"feat must be a non-negative int, got {feat!r}")
-    if not isinstance(top, int) or top < 1:
-        raise InputError(f"top must be a positive int, got {top!r}")
+    positive_int("top", top)
     csr = as_csr(A)
     mach = machine()
     key = _key(op, csr, int(feat), target, mach, dtype)

@@ -159,13 +159,13 @@ class FormatRewriteRule:
 
     def _check_format(self) -> None:
         desc = self.new_format_desc
-        for field in ("buffers_to_rewrite", "axes_before_rewrite", "axes_after_rewrite"):
-            names = getattr(self, field)
+        for attribute in ("buffers_to_rewrite", "axes_before_rewrite", "axes_after_rewrite"):
+            names = getattr(self, attribute)
             if not names:
-                raise FormatError(f"rule `{self.name}`: {field} is empty; it names at least one")
+                raise FormatError(f"rule `{self.name}`: {attribute} is empty; it names at least one")
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
-                raise FormatError(f"rule `{self.name}`: {field} repeats {_listed(repeated)}")
+                raise FormatError(f"rule `{self.name}`: {attribute} repeats {_listed(repeated)}")
         axis_names = [a.name for a in desc.axes]
         for a in self.axes_after_rewrite:
             if a not in axis_names:

@@ -25,6 +25,7 @@ from ..codegen.base import KernelParam, KernelSource
 from ..errors import CodegenError, InputError, SparseTIRError
 from ..format.args import BoundArguments, _bind_values, bind_arguments, written_buffers
 from ..format.storage import storage_order
+from ..inputs import positive_int
 from ..ir.axis import Axis
 from ..ir.buffer import FlatBuffer
 from ..ir.eval import eval_int
@@ -138,8 +139,8 @@ class CPUKernel(Kernel):
         70 us per call with `OMP_WAIT_POLICY=passive`)."""
         kwargs = self._drop_specialized(kwargs)
         values = self._values(args, kwargs, check_structure)
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise InputError(f"`threads` must be a positive integer, got {threads!r}")
+        if threads is not None:
+            threads = positive_int("`threads`", threads)
         _run_numba(self._fn, values, threads)
 
     def runner(self, check_structure: bool = True, threads: int | None = None, **kwargs: Any) -> Callable[[dict], None]:
