@@ -283,14 +283,6 @@ Param = Callable[[str, str], Var]
 class LevelKind:
     """The rules of one kind of level."""
 
-    #: Whether it stores `positions[l]` and `coordinates[l]`.
-    has_positions: bool
-    has_coordinates: bool
-    #: Whether it stores slots that no element fills (read back as zeros; `to_scipy` drops them).
-    pads: bool
-    #: `check(k, types, exprs)`: what is wrong with level k of an encoding, if anything (MLIR's
-    #: SparseTensorEncodingAttr::verify).
-    check: Callable[[int, Sequence[LevelType], Sequence[LevelExpr]], str | None]
     #: `store(at, coordinates, parent, count)`: the level of the elements (sorted by their level
     #: coordinates) whose positions in the level above are `parent`, out of `count`.
     store: Callable[[LevelAt, np.ndarray, np.ndarray, int], Stored]
@@ -301,10 +293,14 @@ class LevelKind:
     #: with the levels it holds, the last one the parent of the next level. None: scripts do not
     #: support the kind.
     expand: Callable[[LevelAt, str, Axis, Param, str], list[tuple[Axis, list[int]]]] | None
-
-
-def _no_check(k, types, exprs) -> None:
-    return None
+    #: `check(k, types, exprs)`: what is wrong with level k of an encoding, if anything (MLIR's
+    #: SparseTensorEncodingAttr::verify).
+    check: Callable[[int, Sequence[LevelType], Sequence[LevelExpr]], str | None] = lambda k, types, exprs: None
+    #: Whether it stores `positions[l]` and `coordinates[l]`.
+    has_positions: bool = False
+    has_coordinates: bool = False
+    #: Whether it stores slots that no element fills (read back as zeros; `to_scipy` drops them).
+    pads: bool = False
 
 
 def _check_singleton(k: int, types: Sequence[LevelType], exprs: Sequence[LevelExpr]) -> str | None:
@@ -461,12 +457,21 @@ def _expand_n_out_of_m(at: LevelAt, name: str, parent: Axis, param: Param, idtyp
 
 
 LEVEL_KINDS: dict[str, LevelKind] = {
-    "dense": LevelKind(False, False, True, _no_check, _store_dense, _read_dense, _expand_dense),
-    "compressed": LevelKind(True, True, False, _no_check, _store_compressed, _read_compressed, _expand_compressed),
+    "dense": LevelKind(_store_dense, _read_dense, _expand_dense, pads=True),
+    "compressed": LevelKind(
+        _store_compressed, _read_compressed, _expand_compressed, has_positions=True, has_coordinates=True
+    ),
     # Scripts have no axis whose positions are (lo, hi) pairs; `to_storage` stores it.
-    "loose_compressed": LevelKind(True, True, False, _no_check, _store_compressed, _read_compressed, None),
-    "singleton": LevelKind(False, True, False, _check_singleton, _store_singleton, _read_singleton, _expand_singleton),
+    "loose_compressed": LevelKind(_store_compressed, _read_compressed, None, has_positions=True, has_coordinates=True),
+    "singleton": LevelKind(
+        _store_singleton, _read_singleton, _expand_singleton, check=_check_singleton, has_coordinates=True
+    ),
     "n_out_of_m": LevelKind(
-        False, True, True, _check_n_out_of_m, _store_n_out_of_m, _read_n_out_of_m, _expand_n_out_of_m
+        _store_n_out_of_m,
+        _read_n_out_of_m,
+        _expand_n_out_of_m,
+        check=_check_n_out_of_m,
+        has_coordinates=True,
+        pads=True,
     ),
 }
