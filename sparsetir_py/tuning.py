@@ -60,6 +60,7 @@ from .codegen.cpu import SPLIT_PARTS
 from .errors import InputError
 from .inputs import positive_int
 from .operands import as_csr
+from .runtime import timing
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
@@ -374,22 +375,6 @@ def _setup(run: Callable, csr, operands, c: Candidate, target: str):
     return lambda: run(csr, *operands, **kwargs)
 
 
-def _time_together(calls: dict, budget: float, max_rounds: int = 400) -> dict:
-    """Median seconds per call of each candidate, timed in rounds (one call of each per round,
-    in turn), so that a slow or busy stretch of the machine costs every candidate alike; at
-    least 5 rounds, then until `budget` seconds per candidate are spent."""
-    times: dict = {c: [] for c in calls}
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < 5 or (time.perf_counter() - start < budget * len(calls) and rounds < max_rounds):
-        for c, call in calls.items():
-            t0 = time.perf_counter()
-            call()
-            times[c].append(time.perf_counter() - t0)
-        rounds += 1
-    return {c: float(np.median(v)) for c, v in times.items()}
-
-
 def _gpu_present() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return False
@@ -599,7 +584,9 @@ def tune(
             if call is not None:
                 calls[id(c)] = call
         if calls:
-            medians = _time_together(calls, budget)
+            # Rounds of one call each, so that a slow or busy stretch of the machine costs every
+            # candidate alike; at least 5 rounds, then until `budget` seconds per candidate are spent.
+            medians = timing.medians(timing.time_interleaved(calls, budget=budget * len(calls)))
             for c in timed:
                 if id(c) in medians:
                     c.measured_s = medians[id(c)]

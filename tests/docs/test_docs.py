@@ -81,7 +81,7 @@ def test_every_tutorial_is_in_the_toctree():
 # -------------------------------------------------------------------- docstring examples
 DOCTEST_MODULES = [
     "sparsetir_py.driver",
-    "sparsetir_py.ops",
+    "sparsetir_py.ops.operators",
     "sparsetir_py.data",
     "sparsetir_py.display",
     "sparsetir_py.viz",
