@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from sparsetir_py.errors import InputError
+from sparsetir_py.errors import TargetError
 from sparsetir_py.schedule import NestInfo, Schedule, sparse_iterations, top_level_nests
 
 
@@ -84,7 +84,7 @@ def parts(target: str, shared_rows: bool = True, threads: int = 32, rows_per_blo
     launch / parallel loop, the parts in another, whatever the number of parts.
     """
     if target not in ("cpu", "cuda"):
-        raise InputError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
+        raise TargetError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
     fuse_reductions = target == "cuda" or not shared_rows
 
     def stage1(sch: Schedule) -> None:

@@ -16,6 +16,7 @@ from .errors import (
     LoweringError,
     ScheduleError,
     SparseTIRError,
+    TargetError,
     VerifyError,
 )
 from .format import FormatRewriteRule, parse_encoding, to_storage
@@ -51,6 +52,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "SparseTIRError",
+    "TargetError",
     "VerifyError",
     "assert_structural_equal",
     "build",

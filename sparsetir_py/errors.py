@@ -109,6 +109,12 @@ class InputError(SparseTIRError):
     """Bad arrays or scalars passed to a kernel or to the interpreter; the message names the argument."""
 
 
+class TargetError(InputError, CodegenError):
+    """An unknown target ("cpu" and "cuda" are known): the caller's argument, so an `InputError`
+    wherever it is given (`sp.ops`, `sp.tune`, a schedule), and a `CodegenError` as well, since
+    `sp.build` raised that for it before."""
+
+
 class InterpretError(SparseTIRError):
     """The reference interpreter met a script that reads or writes outside its buffers."""
 

@@ -57,7 +57,7 @@ import numpy as np
 import scipy.sparse
 
 from .codegen.cpu import SPLIT_PARTS
-from .errors import InputError
+from .errors import InputError, TargetError
 from .inputs import positive_int
 from .operands import as_csr
 from .runtime import timing
@@ -557,7 +557,7 @@ def tune(
     if op not in ("spmm", "sddmm"):
         raise InputError(f"unknown operator {op!r}: expected 'spmm' or 'sddmm'")
     if target not in ("cpu", "cuda"):
-        raise InputError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
+        raise TargetError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
     if not isinstance(feat, (int, np.integer)) or isinstance(feat, bool) or feat < 0:
         raise InputError(f"feat must be a non-negative int, got {feat!r}")
     positive_int("top", top)

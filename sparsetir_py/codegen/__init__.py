@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CodegenError
+from ..errors import TargetError
 from ..ir.func import PrimFunc
 from .base import KernelParam, KernelSource, Renderer
 from .cpu import CPURenderer
@@ -25,5 +25,5 @@ def render(func: PrimFunc, target: str = "cpu", **options: Any) -> KernelSource:
     """Render a Stage III function for `target` ("cpu" or "cuda"); raises `CodegenError`."""
     renderer = RENDERERS.get(target)
     if renderer is None:
-        raise CodegenError(f"in `build`: unknown target {target!r}; expected one of {', '.join(RENDERERS)}")
+        raise TargetError(f"in `build`: unknown target {target!r}; expected one of {', '.join(RENDERERS)}")
     return renderer(func, options).render()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..driver import compile as compile_pipeline
-from ..errors import InputError
+from ..errors import InputError, TargetError
 from ..runtime.kernel import Kernel
 from .scripts import SCRIPTS
 
@@ -65,7 +65,7 @@ def resolve_schedule(op: str, target: str, schedule) -> Callable:
 
     module = {"spmm": spmm_schedules, "sddmm": sddmm_schedules}[op]
     if target not in module.DEFAULT:
-        raise InputError(f"unknown target {target!r}: expected one of {', '.join(module.DEFAULT)}")
+        raise TargetError(f"unknown target {target!r}: expected one of {', '.join(module.DEFAULT)}")
     if schedule is None:
         return module.DEFAULT[target]
     if isinstance(schedule, str):
