@@ -111,6 +111,14 @@ def conjuncts(e: PrimExpr | None) -> list[PrimExpr]:
     return [e]
 
 
+def conjunction(terms: list[PrimExpr]) -> PrimExpr | None:
+    """`terms[0] and terms[1] and ...` (`conjuncts`' inverse); None for no terms."""
+    out: PrimExpr | None = None
+    for term in terms:
+        out = and_(out, term)
+    return out
+
+
 def or_(a: PrimExpr | None, b: PrimExpr) -> PrimExpr:
     return b if a is None else BinOp("or", a, b)
 

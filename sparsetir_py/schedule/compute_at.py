@@ -34,7 +34,6 @@ from .state import (
     block_path,
     blocks_under,
     child_stmts,
-    conjunction,
     enclosing_block,
     facts,
     loop_path,
@@ -194,7 +193,7 @@ def _new_loops(
                 guards.append(R.less_than(value, iv.extent))
         loops.append(For(ax, IntImm(0, ax.dtype), extent, "serial", None))
         ivs.append(iv.replace(value=value))
-    block = blk.replace(iter_vars=tuple(ivs), predicate=conjunction(guards))
+    block = blk.replace(iter_vars=tuple(ivs), predicate=mk.conjunction(guards))
     return loops, block
 
 

@@ -25,7 +25,6 @@ from .state import (
     allocate_in_scope,
     block_path,
     child_blocks,
-    conjunction,
     enclosing_block,
     facts,
     find_loop,
@@ -110,7 +109,7 @@ def _spatial_predicate(
                     f"in `{primitive}`: expected a predicate of `{block.name}` whose spatial part stands alone, but "
                     f"`{iv.var.name}` needs a condition that mixes spatial and reduction loops"
                 )
-    return conjunction(parts)
+    return mk.conjunction(parts)
 
 
 def _inline(stmt: Stmt) -> Stmt:

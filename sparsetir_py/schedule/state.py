@@ -204,13 +204,6 @@ def uses_var(node: Node, variables: Iterable[Var]) -> bool:
     return any(isinstance(n, Var) and n in vs for n in walk(node))
 
 
-def conjunction(parts: list[PrimExpr]) -> PrimExpr | None:
-    out: PrimExpr | None = None
-    for p in parts:
-        out = p if out is None else BinOp("and", out, p)
-    return out
-
-
 # ---------------------------------------------------------------- rebuilding
 def rewrite_stmts(node: Stmt, fn: Callable[[Stmt], Stmt | None]) -> Stmt:
     """Top-down: where `fn(s)` returns a statement it replaces `s` (not visited further)."""

@@ -121,10 +121,7 @@ def tensorize(func: PrimFunc, loop: Var | str, intrin_name: str, target: str | N
     block, lane_iter = m.block, m.lane_iter
     iter_vars = [m.outer_iter if iv is lane_iter else iv for iv in block.iter_vars]
     iter_vars = [iv for iv in iter_vars if iv is not None]
-    predicate = None
-    for conjunct in mk.conjuncts(block.predicate):
-        if not _uses(conjunct, m.loop.loop_var):
-            predicate = mk.and_(predicate, conjunct)
+    predicate = mk.conjunction([c for c in mk.conjuncts(block.predicate) if not _uses(c, m.loop.loop_var)])
     init = block.init
     if init is None or any(iv.kind == "R" for iv in iter_vars):
         body = impl.build(m)

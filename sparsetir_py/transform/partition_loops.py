@@ -95,10 +95,7 @@ def _partition(loop: For) -> Stmt | None:
             kept = [t for t in terms if not is_guard(t)]
             if len(kept) < len(terms):
                 removed[0] += 1
-                pred = None
-                for t in kept:
-                    pred = mk.and_(pred, t)
-                return n.replace(predicate=pred)
+                return n.replace(predicate=mk.conjunction(kept))
         return n
 
     full_body = post_order_rewrite(loop.body, drop)
@@ -134,11 +131,7 @@ def _decided(body: Stmt, is_guard, r: int, f: int) -> Stmt:
             terms = mk.conjuncts(n.predicate)
             if any(is_guard(t) and _offset(t) >= r for t in terms):
                 return seq()  # the block does not run for this r
-            kept = [t for t in terms if not is_guard(t)]
-            pred = None
-            for t in kept:
-                pred = mk.and_(pred, t)
-            return n.replace(predicate=pred)
+            return n.replace(predicate=mk.conjunction([t for t in terms if not is_guard(t)]))
         return n
 
     return post_order_rewrite(body, decide)
