@@ -21,7 +21,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from sparsetir_py.cli import debugging, error_line, error_message, nonnegative_int, positive_float, positive_int
+from sparsetir_py.commandline import (
+    debugging,
+    error_line,
+    error_message,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 from .graphs import DEFAULT_GRAPHS, graph_file_stem, is_graph_file, known_graphs, load_graph
 from .libraries import BASELINES, OURS

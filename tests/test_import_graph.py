@@ -18,9 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sparsetir_py", "schedules", "format_rules", "bench")
-#: Imports that reach above the package, each deferred and on purpose: `sparsetir-py bench` hands
-#: its arguments to the benchmark's command line, which imports `sparsetir_py.cli`'s option types.
-UPWARD = {("sparsetir_py.cli", "bench.__main__")}
 
 
 def _modules() -> dict[str, Path]:
@@ -128,7 +125,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def package_graph() -> dict[str, set[str]]:
     """The same graph between packages (`sparsetir_py.ir`, `sparsetir_py.arith`, ..., `schedules`,
-    `bench`, and top-level modules such as `sparsetir_py.ops`), every import counted but `UPWARD`."""
+    `bench`, and top-level modules such as `sparsetir_py.ops`), every import counted."""
 
     def package(module: str) -> str:
         parts = module.removesuffix(".__init__").split(".")
@@ -137,7 +134,7 @@ def package_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, edges in import_graph().items():
         source = package(module)
-        targets = {package(t) for t in edges if (module, t) not in UPWARD}
+        targets = {package(t) for t in edges}
         graph.setdefault(source, set()).update(targets - {source})
     return graph
 
@@ -182,13 +179,6 @@ def test_no_import_cycles_in_the_tools():
     tools = ("bench.", "schedules.", "format_rules.")
     graph = {m: {t for t in edges if t.startswith(tools)} for m, edges in import_graph().items() if m.startswith(tools)}
     assert cycles(graph) == []
-
-
-def test_the_upward_imports_exist():
-    """`UPWARD` lists imports that are there (an entry left over from a removed import would hide
-    a new one)."""
-    graph = import_graph()
-    assert all(target in graph[source] for source, target in UPWARD)
 
 
 def test_no_private_names_across_modules():
