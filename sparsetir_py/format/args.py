@@ -49,7 +49,7 @@ class BoundArguments:
     buffers: dict[object, np.ndarray] = field(default_factory=dict)  # buffer -> 1-D view of its storage
 
 
-def _bind_values(func: PrimFunc, args: tuple, kwargs: dict) -> dict[str, object]:
+def bind_values(func: PrimFunc, args: tuple, kwargs: dict) -> dict[str, object]:
     names = [p.name for p in func.params]
     if len(args) > len(names):
         raise InputError(f"`{func.name}` takes {len(names)} arguments, got {len(args)}")
@@ -190,7 +190,7 @@ def _buffer_view(name: str, value: object, dtype: str, shape: tuple[int, ...], o
 
 def bind_arguments(func: PrimFunc, args: tuple = (), kwargs: dict | None = None, *, check_structure: bool = True):
     """Bind `args`/`kwargs` to `func`'s parameters and check them; raises `InputError`."""
-    values = _bind_values(func, tuple(args), dict(kwargs or {}))
+    values = bind_values(func, tuple(args), dict(kwargs or {}))
     bound = BoundArguments(func, values)
     for p in func.params:
         if p.dtype == "handle":

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..codegen.base import KernelParam, KernelSource
 from ..errors import CodegenError, InputError, SparseTIRError
-from ..format.args import BoundArguments, _bind_values, bind_arguments, written_buffers
+from ..format.args import BoundArguments, bind_arguments, bind_values, written_buffers
 from ..format.storage import storage_order
 from ..inputs import positive_int
 from ..ir.axis import Axis
@@ -290,7 +290,7 @@ class CUDAKernel(Kernel):
     def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
         """Check the arguments, copy numpy arrays to the device, launch, copy written buffers back."""
         kwargs = self._drop_specialized(kwargs)
-        values = _bind_values(self.func, tuple(args), dict(kwargs))
+        values = bind_values(self.func, tuple(args), dict(kwargs))
         device_values = {name: v for name, v in values.items() if _is_device_array(v)}
         checked = dict(values)
         for name, value in device_values.items():
