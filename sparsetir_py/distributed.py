@@ -627,9 +627,7 @@ class DistributedMatrix:
         kept on the workers (already computed). B is a numpy array (anything `sp.ops` takes) or a
         `dask.array`, whose slabs are computed on the cluster and never pass through the client.
         `format="auto"`: each piece in the format `sp.tune` chose for it (see `formats`)."""
-        self._check_open()
-        call = _spmm_call(self.shape, self.dtype, self.col_bounds, B, target, schedule, format)
-        return self._run(call, gather, self.timeout if timeout is None else _check_timeout(timeout))
+        return self._call("spmm", (B,), target, schedule, format, gather, timeout)
 
     def sddmm(
         self,
@@ -644,8 +642,13 @@ class DistributedMatrix:
     ):
         """`sp.ops.sddmm(A, X, Y, ...)` block by block on the workers: a CSR matrix with A's
         canonical structure, or with `gather=False` a `dask.array` of CSR row-block chunks."""
+        return self._call("sddmm", (X, Y), target, schedule, format, gather, timeout)
+
+    def _call(self, op: str, operands, target, schedule, format, gather: bool, timeout):
         self._check_open()
-        call = _sddmm_call(self.shape, self.dtype, self.row_bounds, self.col_bounds, X, Y, target, schedule, format)
+        call = _call_of(
+            op, self.shape, self.dtype, self.row_bounds, self.col_bounds, operands, target, schedule, format
+        )
         return self._run(call, gather, self.timeout if timeout is None else _check_timeout(timeout))
 
     def _check_open(self) -> None:
@@ -1051,22 +1054,15 @@ def _blocks(X, bounds: np.ndarray) -> list:
     return list(X.to_delayed()[:, 0])
 
 
-def _spmm_call(shape, dtype, cols, B, target, schedule, format="csr") -> _Call:
-    """Check B, the target, the schedule and the format as `sp.ops.spmm` does; B's slabs per
-    column block."""
-    dtype, (B,), _ = dense_operands("spmm", shape, dtype, (B,), read=_operand, fit=_dense)
-    ref = _schedule_ref("spmm", target, schedule)
+def _call_of(op: str, shape, dtype, rows, cols, operands, target, schedule, format="csr") -> _Call:
+    """Check the dense operands, the target, the schedule and the format as `sp.ops` does (the
+    operator table of `sparsetir_py.operands`); the operand read by A's columns (SpMM's B,
+    SDDMM's Y) in slabs per column block, SDDMM's X in rows per row block."""
+    dtype, operands, feat = dense_operands(op, shape, dtype, operands, read=_operand, fit=_dense)
+    ref = _schedule_ref(op, target, schedule)
     format = _check_format(format)
-    return _Call("spmm", dtype, int(B.shape[1]), _blocks(B, cols), None, target, ref, format)
-
-
-def _sddmm_call(shape, dtype, rows, cols, X, Y, target, schedule, format="csr") -> _Call:
-    """Check X, Y, the target, the schedule and the format as `sp.ops.sddmm` does; Y's slabs per
-    column block and X's rows per row block."""
-    dtype, (X, Y), _ = dense_operands("sddmm", shape, dtype, (X, Y), read=_operand, fit=_dense)
-    ref = _schedule_ref("sddmm", target, schedule)
-    format = _check_format(format)
-    return _Call("sddmm", dtype, int(X.shape[1]), _blocks(Y, cols), _blocks(X, rows), target, ref, format)
+    by_rows = None if op == "spmm" else _blocks(operands[0], rows)
+    return _Call(op, dtype, feat, _blocks(operands[-1], cols), by_rows, target, ref, format)
 
 
 def _partition(csr, client, row_blocks, col_blocks, replicas, timeout):
@@ -1122,14 +1118,7 @@ def spmm(
     (seconds for the whole call; default `DEFAULT_TIMEOUT`, or the matrix's own) as in
     `DistributedMatrix`. A call that cannot finish by its timeout raises `DistributedError`.
     """
-    dm = _distributed(A, client, row_blocks, col_blocks, replicas)
-    if dm is not None:
-        return dm.spmm(B, target, schedule, format=format, gather=gather, timeout=timeout)
-    csr = as_csr(A)
-    client, rows, cols, replicas, timeout, deadline = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
-    call = _spmm_call(csr.shape, csr.dtype, cols, B, target, schedule, format)
-    with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout, deadline) as dm:
-        return dm._run(call, gather, timeout, deadline)
+    return _once("spmm", A, (B,), client, target, schedule, format, row_blocks, col_blocks, replicas, gather, timeout)
 
 
 def sddmm(
@@ -1150,11 +1139,17 @@ def sddmm(
     """`sp.ops.sddmm(A, X, Y, target=..., schedule=...)` on a Dask cluster: a CSR matrix with A's
     canonical structure and values `A * (X @ Y.T)`, or with `gather=False` a `dask.array` of CSR
     row-block chunks. Arguments as in `spmm`."""
+    return _once("sddmm", A, (X, Y), client, target, schedule, format, row_blocks, col_blocks, replicas, gather,
+                 timeout)  # fmt: skip
+
+
+def _once(op: str, A, operands, client, target, schedule, format, row_blocks, col_blocks, replicas, gather, timeout):
+    """`op` on a DistributedMatrix, or on a scipy matrix distributed for this call and freed after."""
     dm = _distributed(A, client, row_blocks, col_blocks, replicas)
     if dm is not None:
-        return dm.sddmm(X, Y, target, schedule, format=format, gather=gather, timeout=timeout)
+        return dm._call(op, operands, target, schedule, format, gather, timeout)
     csr = as_csr(A)
     client, rows, cols, replicas, timeout, deadline = _partition(csr, client, row_blocks, col_blocks, replicas, timeout)
-    call = _sddmm_call(csr.shape, csr.dtype, rows, cols, X, Y, target, schedule, format)
+    call = _call_of(op, csr.shape, csr.dtype, rows, cols, operands, target, schedule, format)
     with DistributedMatrix._from_checked(csr, client, rows, cols, replicas, timeout, deadline) as dm:
         return dm._run(call, gather, timeout, deadline)
