@@ -82,7 +82,7 @@ class FormatRewriteRule:
         if not isinstance(name, str) or not name or not f"x_{name}".isidentifier():
             raise FormatError(
                 "FormatRewriteRule: the name must be a non-empty suffix that keeps names identifiers "
-                f"(`A_<name>`: letters, digits and underscores, as \"4\", \"0_0\" or \"bsr_4\"), got {name!r}"
+                f'(`A_<name>`: letters, digits and underscores, as "4", "0_0" or "bsr_4"), got {name!r}'
             )
         self.name = name
         if not isinstance(new_format_desc, PrimFunc):

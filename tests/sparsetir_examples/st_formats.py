@@ -20,7 +20,7 @@ def bsr(a: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32
     JO = T.sparse_variable(IO, (n, nnz), (indptr, indices), "int32")
     II = T.dense_fixed(block_size)
     JI = T.dense_fixed(block_size)
-    A = T.match_sparse_buffer(a, (IO, JO, II, JI), "float32")  # noqa: F841
+    A = T.match_sparse_buffer(a, (IO, JO, II, JI), "float32")
     T.evaluate(0)
 
 
@@ -31,7 +31,7 @@ def padding(
     I = T.dense_fixed(m)
     JO = T.dense_variable(I, ((n + pad_size - 1) // pad_size, nnz_chunks), indptr, "int32")
     JI = T.sparse_fixed(JO, (n, pad_size), indices, "int32")
-    A = T.match_sparse_buffer(a, (I, JO, JI), "float32")  # noqa: F841
+    A = T.match_sparse_buffer(a, (I, JO, JI), "float32")
     T.evaluate(0)
 
 
@@ -49,7 +49,7 @@ def ell(
     O = T.dense_fixed(1)
     I = T.sparse_variable(O, (m, num_rows), (indptr_i, indices_i))
     J = T.sparse_fixed(I, (n, nnz_cols), indices_j)
-    A = T.match_sparse_buffer(a, (O, I, J), "float32")  # noqa: F841
+    A = T.match_sparse_buffer(a, (O, I, J), "float32")
     T.evaluate(0)
 
 
@@ -58,11 +58,15 @@ def bsr_rules(sizes) -> list[sp.FormatRewriteRule]:
     """test_csrmm_bsr_rewrite: one rule per block size, named `str(block_size)`."""
     return [
         sp.FormatRewriteRule(
-            str(b), bsr.specialize({"block_size": b}), ["A"], ["I", "J"], ["IO", "JO", "II", "JI"],
+            str(b),
+            bsr.specialize({"block_size": b}),
+            ["A"],
+            ["I", "J"],
+            ["IO", "JO", "II", "JI"],
             {"I": ["IO", "II"], "J": ["JO", "JI"]},
             lambda i, j, b=b: (i // b, j // b, i % b, j % b),
             lambda io, jo, ii, ji, b=b: (io * b + ii, jo * b + ji),
-        )  # fmt: skip
+        )
         for b in sizes
     ]
 
@@ -72,9 +76,15 @@ def ell_rules(widths, names=None) -> list[sp.FormatRewriteRule]:
     names = names or [str(w) for w in widths]
     return [
         sp.FormatRewriteRule(
-            name, ell.specialize({"nnz_cols": w}), ["A"], ["I", "J"], ["O", "I", "J"], {"I": ["O", "I"], "J": ["J"]},
-            lambda i, j: (0, i, j), lambda o, i, j: (i, j),
-        )  # fmt: skip
+            name,
+            ell.specialize({"nnz_cols": w}),
+            ["A"],
+            ["I", "J"],
+            ["O", "I", "J"],
+            {"I": ["O", "I"], "J": ["J"]},
+            lambda i, j: (0, i, j),
+            lambda o, i, j: (i, j),
+        )
         for name, w in zip(names, widths)
     ]
 
@@ -83,9 +93,15 @@ def padding_rules(pad_size: int) -> list[sp.FormatRewriteRule]:
     """test_csrmm_padding_rewrite: one rule named `str(pad_size)`."""
     return [
         sp.FormatRewriteRule(
-            str(pad_size), padding.specialize({"pad_size": pad_size}), ["A"], ["I", "J"], ["I", "JO", "JI"],
-            {"I": ["I"], "J": ["JO", "JI"]}, lambda i, j: (i, 0, j), lambda i, jo, ji: (i, ji),
-        )  # fmt: skip
+            str(pad_size),
+            padding.specialize({"pad_size": pad_size}),
+            ["A"],
+            ["I", "J"],
+            ["I", "JO", "JI"],
+            {"I": ["I"], "J": ["JO", "JI"]},
+            lambda i, j: (i, 0, j),
+            lambda i, jo, ji: (i, ji),
+        )
     ]
 
 

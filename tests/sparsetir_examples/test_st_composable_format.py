@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import scipy.sparse
 from st_formats import (
-    buckets_of,
     bsr_arrays,
     bsr_rules,
+    buckets_of,
     ell_arrays,
     ell_rules,
     only_rows,
