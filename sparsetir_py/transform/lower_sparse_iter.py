@@ -16,7 +16,9 @@ Four steps:
    stored point are initialised too), and the iteration's blocks have no init.
 3. Coordinate translation: a buffer access indexed by the iterator of the buffer's own axis (under
    the same parent) becomes that iterator's position; any other coordinate is looked up with a
-   binary search over the sorted coordinates of its row, and a miss reads the default value.
+   binary search over the sorted coordinates of its row, and a miss reads the default value. A
+   write the verifier cannot prove stored (a checked write) searches the same way, and a miss
+   sets the buffer's error flag (`transform/checked_writes.py`) instead of writing.
    Fused axes recover their parents' positions by a binary search over indptr, done once in a
    preprocessing block into a scratch buffer.
 4. Read/write region analysis for every block (`region_analysis`).

@@ -32,7 +32,7 @@ import traceback
 import numpy as np
 import pytest
 import scipy.sparse
-from cuda_support import simulated_run
+from cuda_support import ptx_unavailable, simulated_run  # noqa: F401 (ptx_unavailable: named in a skipif string)
 from strategies import edge_matrices
 
 import sparsetir_py as sp
@@ -329,6 +329,15 @@ def test_an_inconsistent_structure_is_the_same_input_error_everywhere(case, simu
             assert np.isnan(out).all(), engine
     serial = {statuses[e] for e in ("interpret", "cpu", "cuda") if e in statuses}
     assert len(serial) == 1, statuses
+
+
+@pytest.mark.skipif("ptx_unavailable() is not None", reason="PTX compilation unavailable")
+@pytest.mark.parametrize("name", ["csr2bsr", "bmm"])
+def test_checked_write_kernels_compile_to_ptx(name):
+    """The real CUDA path of the error flag (the simulator covers its semantics)."""
+    func = csr2bsr if name == "csr2bsr" else bmm
+    ptx = sp.compile(bound_to_blocks(func), "cuda").ptx(cc=(8, 0))
+    assert ".visible .entry" in ptx and ".target sm_80" in ptx
 
 
 def main() -> int:
