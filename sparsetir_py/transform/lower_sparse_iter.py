@@ -277,6 +277,8 @@ class Lowering:
         # Fresh iterators named `i_init`, ...: the loops of the nest then read apart from the main ones.
         renamed = {it.iter_vars[k]: Var(f"{it.iter_vars[k].name}_init", it.iter_vars[k].dtype) for k in spatial}
         body = substitute(it.init, renamed)
+        # The init's checked writes stay checked under the new iterators.
+        self.checked |= {substitute(w, renamed) for w in self.checked}
         nest = SparseIteration(f"{it.name}_init", axes, "S" * len(spatial), tuple(renamed.values()), body)
         return self.lower_iteration(nest)
 

@@ -348,6 +348,29 @@ def shared_arrays_other_parent(idtype: str = "int32", dtype: str = "float32") ->
     return other_parent
 
 
+def fused_init_from_dense(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
+    """The init of a fused "SR" group runs in a loop nest of its own (new iterators): its checked
+    write stays checked there."""
+
+    @T.prim_func
+    def fused_init(
+        a: T.handle, c: T.handle, indptr: T.handle, indices: T.handle, indptr_c: T.handle, indices_c: T.handle,
+        m: T.int32, n: T.int32, nnz: T.int32, nnz_c: T.int32, feat: T.int32,
+    ):  # fmt: skip
+        I = T.dense_fixed(m, idtype)
+        J = T.sparse_variable(I, (n, nnz), (indptr, indices), idtype)
+        K = T.dense_fixed(feat, idtype)
+        KC = T.sparse_variable(I, (feat, nnz_c), (indptr_c, indices_c), idtype)
+        A = T.match_sparse_buffer(a, (I, J), dtype)
+        C = T.match_sparse_buffer(c, (I, KC), dtype)
+        with T.sp_iter([T.fuse(I, J), K], "SRS", "fused_init") as [i, j, k]:
+            with T.init():
+                C[i, k] = T.cast(0, dtype)
+            C[i, k] = C[i, k] + A[i, j]
+
+    return fused_init
+
+
 # name -> (builder, what the verifier's note on the checked write says)
 CHECKED = {
     "dense_iteration": (
@@ -393,6 +416,10 @@ CHECKED = {
     "init_from_dense": (init_from_dense, r"a write to `A` at index 1 uses `j`: .* but `j` iterates axis `Jd`"),
     "atomic_from_dense": (atomic_from_dense, r"an atomic add to `A` at index 1 uses `j`: "),
     "guarded_from_dense": (guarded_from_dense, r"a write to `A` at index 1 uses `j`: .*axis `Jd`"),
+    "fused_init_from_dense": (
+        fused_init_from_dense,
+        r"a write to `C` at index 1 uses `k`: .* but `k` iterates axis `K`",
+    ),
 }
 
 
