@@ -1,15 +1,17 @@
 """One semantics for writes to coordinates a sparse buffer does not store.
 
 Reading a sparse buffer where its structure stores nothing gives its default value; a write there
-has no storage to go to. The verifier rejects every Stage I write (store or atomic add) that is not
-provably stored (`UnstoredWriteError`): each sparse or variable axis of the written buffer must be
-indexed by an iterator that walks that axis's storage (the axis itself, fused or attached, or an
-axis over the same sorted structure arrays), under the iterator that gives it its row. So the
-interpreter, the CPU kernel and the CUDA kernel never meet such a write: `sp.verify`, `sp.compile`
-and `sp.interpret` all refuse the function (`lower_sparse_iter`, like every pass, assumes valid
-input). The accepted forms agree everywhere: interpreter, CPU kernel and CUDA kernel (Numba's
-simulator, in a subprocess this file drives when run as a script) against numpy, on edge matrices
-(empty, no nonzeros, empty rows), int32 and int64 indices.
+has no storage to go to. A Stage I write (store or atomic add) is provably stored when each sparse
+or variable axis of the written buffer is indexed by an iterator that walks that axis's storage
+(the axis itself, fused or attached, or an axis over the same sorted structure arrays), under the
+iterator that gives it its row: those cost nothing extra. Every other write is a *checked write*
+(`sp.verify(f).checked` lists it, with the reason): lowered to a search in the written buffer's
+structure, a miss is the same `InputError` (buffer and coordinates) from the interpreter and the
+kernels. The checked forms here agree between the interpreter and the CPU kernel on any input;
+the accepted forms agree everywhere: interpreter, CPU kernel and CUDA kernel (Numba's simulator,
+in a subprocess this file drives when run as a script) against numpy, on edge matrices (empty, no
+nonzeros, empty rows), int32 and int64 indices. SparseTIR's csr2bsr and ragged bmm, checked writes
+on consistent and inconsistent structures in every engine: tests/sparsetir_examples/.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from sparsetir_py import script as T
 from sparsetir_py.format.storage import eval_storage_shape
 
 
-# ------------------------------------------------------------------------------- the user's case, rejected forms
+# ------------------------------------------------------------------------------- the user's case, checked forms
 def dense_to_csr(idtype: str = "int32", dtype: str = "float32") -> sp.PrimFunc:
     """The user's case: a sparse output written from a dense iteration."""
 
