@@ -560,7 +560,7 @@ def verify(func_or_mod: PrimFunc | IRModule) -> VerifyReport:
     """Raise a `VerifyError` subclass naming the broken rule if a function is ill-formed.
 
     Accepts a PrimFunc or an IRModule (every function is verified). Returns a `VerifyReport` when
-    valid: its `checked` lists the writes that run checked (see `UnstoredWriteError`'s rule).
+    valid: its `checked` lists the writes that run checked (see "Checked writes" in this module's docstring).
 
     >>> import sparsetir_py as sp
     >>> from sparsetir_py.ops import spmm_script
