@@ -8,9 +8,10 @@ from every engine:
 - the Stage I interpreter raises `unstored_write_error` at the first miss, in iteration order;
 - a kernel (CPU or CUDA) records the miss in a per-buffer error flag, a scratch array of int64
   `[missed, c0, c1, ...]` that the runtime allocates zeroed per call, and the host raises the same
-  error after the call (`raise_if_missed`). The first miss in the kernel's own order wins the
-  coordinates: in a serial loop nest that is the interpreter's order; threads that miss at the
-  same time may record another miss's coordinates (still a miss of that buffer).
+  error after the call (`raise_if_missed`). The first miss in the kernel's own order records its
+  coordinates: in a serial loop nest that is the interpreter's order. Threads that miss at the
+  same moment race on the coordinate slots (plain stores, no atomics), so a parallel kernel with
+  several misses names one of them, or in a rare race a mix of two; the flag itself is exact.
 
 The function attribute `checked_writes` lists the flags: `((flag buffer name, written buffer
 name), ...)`.
