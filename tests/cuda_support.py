@@ -46,6 +46,10 @@ def simulated_run(tmp_path_factory, tag: str, script: Path) -> tuple[dict[str, s
 def _simulate_once(script: Path, out: Path, cache: Path) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     if not out.with_suffix(".json").is_file():
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONWARNINGS": "ignore", "SPARSETIR_CACHE_DIR": str(cache)}
+        # The checkout under test, not whichever copy of the package is installed: a script's own
+        # folder, not the working directory, starts its sys.path.
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         proc = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True,
                               timeout=600)  # fmt: skip
         if proc.returncode != 0 or not out.with_suffix(".json").is_file():

@@ -91,9 +91,11 @@ class FormatRewriteRule:
 
     def __post_init__(self) -> None:
         name, new_format_desc, axis_map = self.name, self.new_format_desc, self.axis_map
-        if not isinstance(name, str) or not name.isidentifier():
+        # The name is only ever a suffix (`A_4`, `IO_0_0`), so SparseTIR's names ("4", "0_0") are fine.
+        if not isinstance(name, str) or not name or not f"x_{name}".isidentifier():
             raise FormatError(
-                f"FormatRewriteRule: the name must be an identifier (a suffix of new names), got {name!r}"
+                "FormatRewriteRule: the name must be a non-empty suffix that keeps names identifiers "
+                f'(`A_<name>`: letters, digits and underscores, as "4", "0_0" or "bsr_4"), got {name!r}'
             )
         if not isinstance(new_format_desc, PrimFunc):
             raise FormatError(

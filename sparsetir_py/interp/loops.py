@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import InterpretError
 from ..format.args import AxisData, BoundArguments
+from ..format.checked_writes import raise_if_missed
 from ..ir import dtype as dt
 from ..ir.axis import DENSE_FIXED, SPARSE_FIXED, Axis
 from ..ir.buffer import FlatBuffer, SparseBuffer
@@ -301,3 +302,5 @@ def run_loops(func: PrimFunc, bound: BoundArguments) -> None:
     """Execute a Stage II or III function on checked arguments."""
     with np.errstate(all="ignore"):
         LoopInterpreter(func, bound).run(func.body)
+    # Checked writes record a miss in their error flags, as in a kernel; the same error follows.
+    raise_if_missed(func, {b.name: a for b, a in bound.buffers.items() if b.data is None})

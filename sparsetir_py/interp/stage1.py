@@ -22,14 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError, InterpretError
-from ..format.args import AxisData, BoundArguments, bind_arguments
+from ..format.args import AxisData, BoundArguments, bind_arguments, written_buffers
+from ..format.checked_writes import unstored_write_error
 from ..ir import dtype as dt
 from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, AttachedAxis, Axis, IterAxis, base_axis
 from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, FloatImm, IntImm, PrimExpr, Select, UnaryOp, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import AtomicAdd, BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt, SparseIteration, Stmt
-from ..ir.verify import verify_cached
+from ..ir.verify import checked_writes, verify_cached
 from ..ir.visit import walk
 
 
@@ -138,6 +139,7 @@ class Interpreter:
         self.func = func
         self.bound = bound
         self.lookups: dict[Axis, AxisLookup] = {}
+        self.checked = {c.store for c in checked_writes(func)}  # writes searched, not proven stored
 
     # ---------------------------------------------------------------- axes
     def axis_data(self, a: Axis) -> AxisData:
@@ -340,24 +342,28 @@ class Interpreter:
         for x in s.stmts:
             self.run(x, frame)
 
-    def store_offsets(self, buf, indices, frame: Frame) -> np.ndarray:
-        off, found = self.offsets(buf, self.coords(indices, frame))
+    def store_offsets(self, s: BufferStore | AtomicAdd, frame: Frame) -> np.ndarray:
+        buf, coords = s.buffer, self.coords(s.indices, frame)
+        if s in self.checked:  # a checked write's dense index may be out of range too
+            for a, c in zip(buf.axes, coords):
+                length = self.axis_data(a).length
+                bad = (c < 0) | (c >= length) if a.kind == DENSE_FIXED else None
+                if bad is not None and bad.any():
+                    k = int(np.flatnonzero(bad)[0])
+                    raise unstored_write_error(buf.name, [x[k] for x in coords])
+        off, found = self.offsets(buf, coords)
         if not found.all():
             k = int(np.flatnonzero(~found)[0])
-            point = tuple(int(c[k]) for c in self.coords(indices, frame))
-            raise InputError(
-                f"write to `{buf.name}` at coordinates {point}, which its structure does not store "
-                "(check the structure arrays of its axes)"
-            )
+            raise unstored_write_error(buf.name, [c[k] for c in coords])
         return off
 
     def run_BufferStore(self, s: BufferStore, frame: Frame) -> None:
-        off = self.store_offsets(s.buffer, s.indices, frame)
+        off = self.store_offsets(s, frame)
         values = np.broadcast_to(self.ev(s.value, frame), (frame.n,))
         self.data(s.buffer)[off] = values
 
     def run_AtomicAdd(self, s: AtomicAdd, frame: Frame) -> None:
-        off = self.store_offsets(s.buffer, s.indices, frame)
+        off = self.store_offsets(s, frame)
         values = np.broadcast_to(self.ev(s.value, frame), (frame.n,)).astype(s.buffer.dtype)
         np.add.at(self.data(s.buffer), off, values)
 
@@ -407,7 +413,7 @@ class Interpreter:
                 self.run_updates(s.else_case, frame.take(~cond))
         else:
             op, operand = as_update(s)
-            off = self.store_offsets(s.buffer, s.indices, frame)
+            off = self.store_offsets(s, frame)
             values = np.broadcast_to(self.ev(operand, frame), (frame.n,)).astype(s.buffer.dtype)
             if op == "-":
                 op, values = "+", -values
@@ -494,5 +500,13 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
         run_loops(func, bind_arguments(func, args, kwargs))
         return
     bound = bind_arguments(func, args, kwargs)
-    with np.errstate(all="ignore"):
-        Interpreter(func, bound).run(func.body, Frame.unit())
+    # A checked write that misses raises before or after other writes landed: the outputs are
+    # restored, so a miss leaves them as they were passed.
+    saved = {b: bound.buffers[b].copy() for b in written_buffers(func)} if checked_writes(func) else {}
+    try:
+        with np.errstate(all="ignore"):
+            Interpreter(func, bound).run(func.body, Frame.unit())
+    except InputError:
+        for b, before in saved.items():
+            bound.buffers[b][...] = before
+        raise

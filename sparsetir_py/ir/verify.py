@@ -57,20 +57,20 @@ Rules, in the order they are checked:
   iterator; iterators are integer variables; iteration names are unique.
 - `ReductionWriteError`: no store (`BufferStore`, `AtomicAdd`) in a sparse iteration's body or
   init, or directly in a block that has an init, is indexed by a reduction iterator of it.
-- `UnstoredWriteError` (Stage I): every store or atomic add into a sparse buffer lands on a
-  coordinate its structure stores. Dense-fixed axes (roots) take any index; each sparse or variable
-  axis `X` of the buffer must be indexed by the iterator of an iteration axis that walks `X`'s
-  storage, and the index just before it (`X`'s parent) by the iterator that gives that iterator
-  its row. An iteration axis walks `X`'s storage when it is `X` itself, a member of a `T.fuse`
-  group that is `X`, or `T.attach(X, P)` (its row is then `P`'s iterator), or when it is an axis of
-  `X`'s kind over the same `indptr`/`indices` (and `nnz_cols`) under a parent of the same storage
-  (dense-fixed roots agree), both declared sorted when sparse, since kernels find its coordinate in
-  `X` by a binary search. An iterator of another axis (a dense one, say), an index expression
-  (SparseTIR's `csr2bsr` scatters through `i // blk`) or another row may name an unstored
-  coordinate, where a write has nowhere to go: the message names the buffer, the index, the axis
-  and the fix, to iterate the written buffer's own axes and read the source there (a read of an
-  unstored coordinate gives the default value, the padding of a format copy). Reads are not
-  restricted.
+- Checked writes (Stage I; `CheckedWrite`, listed in the `VerifyReport` that `verify` returns,
+  not an error): a store or atomic add into a sparse buffer is *provably stored* when each sparse
+  or variable axis `X` of the buffer is indexed by the iterator of an iteration axis that walks
+  `X`'s storage, and the index just before it (`X`'s parent) by the iterator that gives that
+  iterator its row (dense-fixed roots take any index). An iteration axis walks `X`'s storage when
+  it is `X` itself, a member of a `T.fuse` group that is `X`, or `T.attach(X, P)` (its row is then
+  `P`'s iterator), or when it is an axis of `X`'s kind over the same `indptr`/`indices` (and
+  `nnz_cols`) under a parent of the same storage (dense-fixed roots agree), both declared sorted
+  when sparse. Such writes cost nothing extra. Any other write (an iterator of a dense axis, an
+  index expression as in SparseTIR's `csr2bsr`, another row) is *checked*: lowering searches the
+  written buffer's structure for its coordinates (and checks dense indices against their
+  lengths), and a miss is the same `InputError`, naming the buffer and the coordinates, from the
+  interpreter, the CPU kernel and the CUDA kernel (their hosts read an error flag after the call).
+  Reads are not restricted (a read of an unstored coordinate gives the default value).
 - `LoopExtentError`: constant extents (loops, block iterators, axis lengths, nnz, nnz_cols,
   buffer shapes, regions) are non-negative; a loop's kind is in `LOOP_KINDS`.
   - `ThreadBindingError`: a thread_binding loop has a tag from `THREAD_TAGS` and starts at 0,
@@ -95,6 +95,8 @@ too, so the logic exists once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from itertools import pairwise
 from typing import NoReturn
 
@@ -165,6 +167,7 @@ __all__ = [
     "BufferAxisOrderError",
     "BufferDeclarationError",
     "BufferLayoutError",
+    "CheckedWrite",
     "DtypeError",
     "InitWriteError",
     "LoopExtentError",
@@ -177,10 +180,11 @@ __all__ = [
     "UndeclaredAxisError",
     "UndeclaredBufferError",
     "UndefinedVariableError",
-    "UnstoredWriteError",
+    "VerifyReport",
     "WhileLoopError",
     "check_buffer_axes",
     "check_iteration_axes",
+    "checked_writes",
     "verify",
 ]
 
@@ -248,11 +252,47 @@ class WhileLoopError(VerifyError):
 
 
 class UnstoredWriteError(VerifyError):
-    """A Stage I iteration writes a sparse buffer at coordinates its structure may not store.
+    """Kept for callers that catch it: no rule raises it any more. A write the verifier cannot
+    prove stored is a *checked write* (`CheckedWrite`, `VerifyReport.checked`): every engine
+    searches the written buffer's structure and raises `InputError` on a miss."""
 
-    Reading there gives the buffer's default value; a write has no storage to go to, so it is an
-    error here, before any kernel could drop it or write elsewhere.
-    """
+
+@dataclass(frozen=True)
+class CheckedWrite:
+    """A Stage I store or atomic add into a sparse buffer at coordinates the verifier cannot
+    prove stored: lowered to a coordinate search in the buffer's structure (a miss is an
+    `InputError` from the interpreter, the CPU kernel and the CUDA kernel alike)."""
+
+    iteration: str  # the innermost sparse iteration holding it
+    buffer: str
+    access: str  # as the script writes it: `B[i // blk, j // blk, i % blk, j % blk]`
+    index: int  # the first index the verifier could not prove
+    reason: str
+    store: Stmt = dataclass_field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return f"`{self.iteration}`: {self.access} is checked: {self.reason}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verify` returns for a well-formed function: the writes it could not prove stored,
+    which run checked (a search per write; a miss raises `InputError`). Empty when every write is
+    provably stored, as in every Stage II or III function."""
+
+    checked: tuple[CheckedWrite, ...] = ()
+
+    def __bool__(self) -> bool:
+        return True  # a report means "valid"; look at `.checked` for the checked writes
+
+    def __str__(self) -> str:
+        if not self.checked:
+            return "verified: every write is provably stored (no checked writes)"
+        lines = [f"verified: {len(self.checked)} checked write(s), a structure search each:"]
+        return "\n".join(lines + [f"  {c}" for c in self.checked])
+
+    def __repr__(self) -> str:
+        return f"VerifyReport(checked={list(self.checked)!r})"
 
 
 class UndefinedVariableError(VerifyError):
@@ -517,25 +557,47 @@ def _check_init_dependence(
 # verify
 
 
-def verify(func_or_mod: PrimFunc | IRModule) -> None:
+def verify(func_or_mod: PrimFunc | IRModule) -> VerifyReport:
     """Raise a `VerifyError` subclass naming the broken rule if a function is ill-formed.
 
-    Accepts a PrimFunc or an IRModule (every function is verified). Returns None when valid.
+    Accepts a PrimFunc or an IRModule (every function is verified). Returns a `VerifyReport` when
+    valid: its `checked` lists the writes that run checked (see "Checked writes" in this module's docstring).
 
     >>> import sparsetir_py as sp
     >>> from sparsetir_py.ops import spmm_script
-    >>> sp.verify(spmm_script())           # well-formed: returns None
-    >>> sp.verify(sp.lower_sparse_iter(spmm_script()))
+    >>> sp.verify(spmm_script()).checked           # well-formed, every write provably stored
+    ()
+    >>> print(sp.verify(sp.lower_sparse_iter(spmm_script())))
+    verified: every write is provably stored (no checked writes)
     """
     if isinstance(func_or_mod, PrimFunc):
-        _FuncVerifier(func_or_mod).run()
-        return
+        return VerifyReport(checked_writes(func_or_mod))
     if not isinstance(func_or_mod, IRModule):
         raise TypeError(f"verify expects a PrimFunc or an IRModule, got {type(func_or_mod).__name__}")
+    checked: list[CheckedWrite] = []
     for key, func in func_or_mod.items():
         if not isinstance(func, PrimFunc):
             raise TypeError(f"module entry `{key}` is a {type(func).__name__}, not a PrimFunc")
-        _FuncVerifier(func).run()
+        checked += checked_writes(func)
+    return VerifyReport(tuple(checked))
+
+
+def checked_writes(func: PrimFunc) -> tuple[CheckedWrite, ...]:
+    """Verify `func` (raising as `verify` does) and return its checked writes, in program order
+    (remembered per function object, as `verify_cached`)."""
+    hit = _CHECKED.get(id(func))
+    if hit is not None and hit[0] is func:
+        return hit[1]
+    verifier = _FuncVerifier(func)
+    verifier.run()
+    out = tuple(verifier.checked)
+    if len(_CHECKED) >= _VERIFIED_MAX:
+        _CHECKED.pop(next(iter(_CHECKED)))
+    _CHECKED[id(func)] = (func, out)
+    return out
+
+
+_CHECKED: dict[int, tuple[PrimFunc, tuple[CheckedWrite, ...]]] = {}
 
 
 # Functions verified already, by identity (IR is immutable, so a function once valid stays valid):
@@ -599,6 +661,7 @@ class _FuncVerifier:
         self.reductions: list[tuple[str, frozenset[Var]]] = []
         self.init_spatials: list[tuple[str, frozenset[Var]]] = []
         self.threads: list[str] = []
+        self.checked: list[CheckedWrite] = []
 
     def fail(self, cls: type[VerifyError], message: str) -> NoReturn:
         _fail(cls, self.fname, message)
@@ -1094,8 +1157,10 @@ class _FuncVerifier:
         """Every sparse or variable axis of the written buffer is indexed by an iterator that walks
         that axis's storage (the axis itself, or one declared over the same structure arrays, see
         `_same_storage`), and its parent's position by the iterator that gives that iterator its
-        row: then the coordinate is one the structure stores. Anything else (an iterator of another
-        axis, an expression, a row from elsewhere) may name a coordinate with no storage."""
+        row: then the coordinate is one the structure stores and the write is unchecked. Anything
+        else (an iterator of another axis, an expression, a row from elsewhere) may name a
+        coordinate with no storage: the write is *checked* (recorded in `self.checked`), lowered to
+        a search in the buffer's structure whose miss is an `InputError` in every engine."""
         buf = s.buffer
         what = "a write to" if isinstance(s, BufferStore) else "an atomic add to"
         access = f"{buf.name}[{', '.join(_script(x) for x in s.indices)}]"
@@ -1104,27 +1169,28 @@ class _FuncVerifier:
                 continue  # a root: every coordinate in range is stored
             index = s.indices[pos]
             walked, row = self.iter_rows.get(index, (None, None)) if isinstance(index, Var) else (None, None)
-            fix = (
-                f"iterate `{axis.name}` itself (under `{axis.parent.name}`) and read the source there, or declare "
-                f"`{buf.name}` over the axes the iteration walks"
-            )
             if walked is None or not _same_storage(walked, axis):
                 shown = _script(index)
-                self.fail(
-                    UnstoredWriteError,
+                reason = (
                     f"{what} `{buf.name}` at index {pos} uses `{shown}`: expected an iterator of `{buf.name}`'s "
                     f"{axis.kind} axis `{axis.name}`, but `{shown}` {_walks(index, walked, axis)}, so `{access}` may "
-                    f"name a coordinate `{axis.name}` does not store, where a write has nowhere to go; {fix}",
+                    f"name a coordinate `{axis.name}` does not store"
                 )
+                self.checked.append(CheckedWrite(self.iteration_name(), buf.name, access, pos, reason, s))
+                return
             parent_index = s.indices[pos - 1]
             if parent_index is not row:
                 shown = _script(parent_index)
-                self.fail(
-                    UnstoredWriteError,
+                reason = (
                     f"{what} `{buf.name}` at index {pos - 1} uses `{shown}`: expected `{row.name}`, the row in which "
                     f"`{index.name}` walks `{axis.name}`, but got `{shown}`; another row may not store that "
-                    f"coordinate, so `{access}` may have nowhere to go; {fix}",
+                    "coordinate"
                 )
+                self.checked.append(CheckedWrite(self.iteration_name(), buf.name, access, pos - 1, reason, s))
+                return
+
+    def iteration_name(self) -> str:
+        return self.reductions[-1][0] if self.reductions else ""
 
     def let_stmt(self, s: LetStmt) -> None:
         self.expr(s.value)

@@ -24,6 +24,8 @@ import numpy as np
 from ..codegen.base import KernelParam, KernelSource
 from ..errors import CodegenError, InputError, SparseTIRError
 from ..format.args import BoundArguments, bind_arguments, bind_values, written_buffers
+from ..format.checked_writes import flags as checked_flags
+from ..format.checked_writes import raise_if_missed
 from ..format.storage import storage_order
 from ..inputs import positive_int
 from ..ir.axis import Axis
@@ -51,6 +53,13 @@ class Kernel:
         #: Parameters bound to constants before lowering (`sp.compile(..., specialize=...)`): a call
         #: may still pass them, with the same value, so code written for the generic function runs.
         self.specialized: dict[str, int | float] = {}
+        # (argument position, flag name) of the error flags of checked writes, read after a call.
+        flag_names = {flag for flag, _ in checked_flags(self.func)}
+        self._flags = [
+            (k, kp.obj.name)
+            for k, kp in enumerate(p for p in ks.params if p.kind != "launch")
+            if kp.kind == "buffer" and kp.obj.data is None and kp.obj.name in flag_names
+        ]
 
     @property
     def name(self) -> str:
@@ -123,6 +132,11 @@ class Kernel:
                 )
         return out
 
+    def _raise_if_missed(self, values: list) -> None:
+        """A checked write that missed set its error flag (`format/checked_writes.py`)."""
+        if self._flags:
+            raise_if_missed(self.func, {name: values[k] for k, name in self._flags})
+
     def _scalar(self, kp: KernelParam, bound: BoundArguments) -> Any:
         p = kp.obj
         return np.dtype(p.dtype).type(bound.scalars[p])
@@ -142,6 +156,7 @@ class CPUKernel(Kernel):
         if threads is not None:
             threads = positive_int("`threads`", threads)
         _run_numba(self._fn, values, threads)
+        self._raise_if_missed(values)
 
     def runner(self, check_structure: bool = True, threads: int | None = None, **kwargs: Any) -> Callable[[dict], None]:
         """A function that runs the kernel on a dict of arrays with the signature of `kwargs`'s
@@ -151,7 +166,15 @@ class CPUKernel(Kernel):
         bound = bind_arguments(self.func, (), self._drop_specialized(kwargs), check_structure=check_structure)
         plan = self._plan(bound)
         fn = self._fn
-        return lambda arrays: _run_numba(fn, [step(arrays) for step in plan], threads)
+        if not self._flags:
+            return lambda arrays: _run_numba(fn, [step(arrays) for step in plan], threads)
+
+        def run(arrays: dict) -> None:
+            values = [step(arrays) for step in plan]
+            _run_numba(fn, values, threads)
+            self._raise_if_missed(values)
+
+        return run
 
     def _values(self, args: tuple, kwargs: dict, check_structure: bool) -> list:
         """The generated function's arguments. Without the structure check, a call whose arrays
@@ -329,6 +352,10 @@ class CUDAKernel(Kernel):
             if 0 in grid or 0 in block:
                 continue  # an empty launch: no thread would run
             self._fn[grid, block](*launch_args, *((index,) if self._ks.launches else ()))
+        # A checked write that missed: raise before copying outputs back, so host outputs stay as
+        # they were passed (device arrays passed in were written in place).
+        if self._flags:
+            raise_if_missed(self.func, {name: launch_args[k].copy_to_host() for k, name in self._flags})
         for dev, host in copy_back:
             dev.copy_to_host(host)
 

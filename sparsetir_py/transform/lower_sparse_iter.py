@@ -16,7 +16,9 @@ Four steps:
    stored point are initialised too), and the iteration's blocks have no init.
 3. Coordinate translation: a buffer access indexed by the iterator of the buffer's own axis (under
    the same parent) becomes that iterator's position; any other coordinate is looked up with a
-   binary search over the sorted coordinates of its row, and a miss reads the default value.
+   binary search over the sorted coordinates of its row, and a miss reads the default value. A
+   write the verifier cannot prove stored (a checked write) searches the same way, and a miss
+   sets the buffer's error flag (`transform/checked_writes.py`) instead of writing.
    Fused axes recover their parents' positions by a binary search over indptr, done once in a
    preprocessing block into a scratch buffer.
 4. Read/write region analysis for every block (`region_analysis`).
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import LoweringError
+from ..errors import LoweringError, VerifyError
 from ..format.storage import n_positions
 from ..ir import make as mk
 from ..ir.axis import (
@@ -55,8 +57,9 @@ from ..ir.stmt import (
     Stmt,
     seq,
 )
-from ..ir.verify import verify_cached
+from ..ir.verify import checked_writes, verify_cached
 from ..ir.visit import map_children, substitute
+from . import checked_writes as checked
 from .region import annotate_regions
 
 
@@ -105,6 +108,9 @@ class Lowering:
         self.axis_iter: dict[Axis, Var] = {}
         self.block_names: set[str] = set()
         self.fused_scratch: dict[tuple[str, Axis], FlatBuffer] = {}  # (iteration name, member axis)
+        # Writes the verifier cannot prove stored, and the error flag of each buffer they write.
+        self.checked = self.checked_stores(func)
+        self.flags: dict[SparseBuffer, FlatBuffer] = {}
 
     # ---------------------------------------------------------------- step 1: auxiliary buffers
     def materialize(self) -> list:
@@ -133,6 +139,17 @@ class Lowering:
                     aux.append(buf)
                 self.indices[a] = buf
         return aux
+
+    @staticmethod
+    def checked_stores(func: PrimFunc) -> set[Stmt]:
+        """The stores the verifier could not prove stored (none when `func` is not valid Stage I:
+        the pass is entered through `lower_sparse_iter`, which verifies first)."""
+        if func.stage != 1:
+            return set()
+        try:
+            return {c.store for c in checked_writes(func)}
+        except VerifyError:
+            return set()
 
     def indptr_at(self, a: Axis, gpos: PrimExpr) -> PrimExpr:
         return BufferLoad(self.indptr[a], (gpos,))
@@ -260,6 +277,8 @@ class Lowering:
         # Fresh iterators named `i_init`, ...: the loops of the nest then read apart from the main ones.
         renamed = {it.iter_vars[k]: Var(f"{it.iter_vars[k].name}_init", it.iter_vars[k].dtype) for k in spatial}
         body = substitute(it.init, renamed)
+        # The init's checked writes stay checked under the new iterators.
+        self.checked |= {substitute(w, renamed) for w in self.checked}
         nest = SparseIteration(f"{it.name}_init", axes, "S" * len(spatial), tuple(renamed.values()), body)
         return self.lower_iteration(nest)
 
@@ -395,6 +414,8 @@ class Lowering:
         if isinstance(s, BufferStore | AtomicAdd):  # an atomic add is a store: positions, not coordinates
             indices, valid = self.translate_access(s.buffer, s.indices)
             store = type(s)(s.buffer, indices, self.translate_expr(s.value))
+            if s in self.checked:
+                return self.checked_store(s, store, valid)
             return store if valid is None else IfThenElse(valid, store)
         if isinstance(s, SeqStmt):
             return seq(*(self.translate_stmt(x) for x in s.stmts)) if s.stmts else s
@@ -451,21 +472,46 @@ class Lowering:
                 search = "lower_bound" if a.sorted else "linear_find"
                 found = Call(search, (self.indices[a], start, end, c), a.idtype)
                 local = mk.sub(found, start)
-                hit = mk.cmp("==", BufferLoad(self.indices[a], (*out, local)), c)
-                ok = mk.and_(mk.cmp("<", found, end), hit)
+                ok = mk.and_(mk.cmp("<", found, end), self.found_at(a, out, local, found, c))
             out.append(local)
             gpos = mk.add(start, local)
             valid = mk.and_(valid, ok)
         return tuple(out), valid
 
+    def checked_store(self, s: BufferStore | AtomicAdd, store: Stmt, found: PrimExpr | None) -> Stmt:
+        """A write the verifier could not prove stored (`transform/checked_writes.py`): the store
+        where its dense indices are in range and the search finds it, else a miss in the flag."""
+        flag = self.flags.get(s.buffer)
+        if flag is None:
+            flag = self.flags[s.buffer] = checked.flag_buffer(s.buffer, self.fresh)
+        coords = [self.translate_expr(e) for e in s.indices]
+        own = [isinstance(e, Var) and e in self.iters and self.iters[e].axis is a
+               for a, e in zip(s.buffer.axes, s.indices)]  # fmt: skip
+        bounds = checked.in_range(s.buffer, [None if o else c for o, c in zip(own, coords)])
+        return checked.checked_store(store, found, bounds, checked.report_miss(flag, coords))
+
+    def found_at(self, a: Axis, chain: list[PrimExpr], local: PrimExpr, found: PrimExpr, c: PrimExpr) -> PrimExpr:
+        """Whether the search for `c` in `a`'s row found it at `found` (a position before the row's
+        end). `a`'s indices may be declared by an axis of another tree that shares the arrays (more
+        ancestors): then `chain` does not index them, and the test is done at the flat position
+        (`lower_bound` over one element: `indices[found] < c + 1`, given `indices[found] >= c`)."""
+        indices = self.indices[a]
+        if len(indices.axes) == len(chain) + 1:
+            return mk.cmp("==", BufferLoad(indices, (*chain, local)), c)
+        if not a.sorted:
+            return const(True)  # linear_find stops at `c` or at the end
+        one = IntImm(1, a.idtype)
+        after = Call("lower_bound", (indices, found, mk.add(found, one), mk.add(c, one)), a.idtype)
+        return mk.cmp(">", after, found)
+
     # ---------------------------------------------------------------- the function
     def run(self) -> PrimFunc:
         aux = self.materialize()
         body = self.translate_stmt(self.func.body)
-        buffers = (*self.func.buffers, *aux, *self.scratch)
+        buffers = (*self.func.buffers, *aux, *self.scratch, *self.flags.values())
         attrs = FrozenDict({**self.func.attrs, "stage": 2})
         out = PrimFunc(self.func.name, self.func.params, self.func.axes, buffers, body, attrs)
-        return annotate_regions(out)
+        return annotate_regions(checked.with_flags(out, self.flags))
 
 
 def lower_sparse_iter(mod: PrimFunc | IRModule) -> IRModule:

@@ -174,13 +174,21 @@ def scatter(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.
 
 
 def test_write_to_a_coordinate_not_stored_is_an_error():
-    """The verifier rejects the function before it runs (tests/ir/test_unstored_writes.py)."""
+    """A checked write (tests/ir/test_unstored_writes.py): the first miss, in iteration order, is an
+    `InputError` naming the buffer and the coordinates, and the output is left as it was passed."""
     A = random_csr(4, 4, 0.3, 5)
-    with pytest.raises(sp.VerifyError, match="a write to `A` at index 1 uses `j`"):
+    (checked,) = sp.verify(scatter).checked
+    assert "a write to `A` at index 1 uses `j`" in checked.reason
+    rows = np.repeat(np.arange(4), np.diff(A.indptr))
+    dense = np.zeros((4, 4), bool)
+    dense[rows, A.indices] = True
+    first = tuple(int(x) for x in np.argwhere(~dense)[0])  # row-major: the iteration order
+    a = A.data.copy()
+    with pytest.raises(sp.InputError, match=rf"^write to `A` at coordinates \({first[0]}, {first[1]}\), which its"):
         sp.interpret(
-            scatter, a=A.data.copy(), b=np.ones((4, 4), np.float32), indptr=A.indptr, indices=A.indices,
-            m=4, n=4, nnz=A.nnz,
+            scatter, a=a, b=np.ones((4, 4), np.float32), indptr=A.indptr, indices=A.indices, m=4, n=4, nnz=A.nnz,
         )  # fmt: skip
+    np.testing.assert_array_equal(a, A.data)
 
 
 @T.prim_func

@@ -357,14 +357,14 @@ def test_fail_lowering_fused_reduction_then_spatial_with_init():
 
 
 def test_every_entry_point_verifies_its_input():
-    """An ill-formed function (a write its structure may not store) gets the verifier's named
+    """An ill-formed function (a write at a reduction iterator) gets the verifier's named
     error from each public entry point, and a verified function is remembered (a second call
     does not verify again)."""
     from unittest import mock
 
     from sparsetir_py.ir import verify as verify_module
 
-    bad = sp.from_script(UNSTORED_WRITE)
+    bad = sp.from_script(REDUCTION_WRITE)
     entries = {
         "interpret": lambda: sp.interpret(
             bad,
@@ -383,7 +383,7 @@ def test_every_entry_point_verifies_its_input():
         "compile": lambda: sp.compile(bad, "cpu"),
     }
     for call in entries.values():
-        with pytest.raises(sp.VerifyError, match="write to `A`"):
+        with pytest.raises(sp.VerifyError, match="writes buffer `A` at an index that uses its reduction iterator"):
             call()
     good = make_fused_csrmm()
     sp.lower_sparse_iter(good)
@@ -392,7 +392,7 @@ def test_every_entry_point_verifies_its_input():
         sp.Schedule(good)
 
 
-UNSTORED_WRITE = """
+REDUCTION_WRITE = """
 @T.prim_func
 def copy(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32, nnz: T.int32):
     I = T.dense_fixed(m)
@@ -400,7 +400,7 @@ def copy(a: T.handle, b: T.handle, indptr: T.handle, indices: T.handle, m: T.int
     Jd = T.dense_fixed(n)
     A = T.match_sparse_buffer(a, (I, J), "float32")
     B = T.match_sparse_buffer(b, (I, Jd), "float32")
-    with T.sp_iter([I, Jd], "SS", "copy") as [i, j]:
+    with T.sp_iter([I, J], "SR", "copy") as [i, j]:
         A[i, j] = B[i, j]
 """
 
