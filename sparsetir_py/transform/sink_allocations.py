@@ -68,7 +68,10 @@ def sink_allocations_in(s: Stmt) -> Stmt:
 def _place(buf: FlatBuffer, body: Stmt) -> Stmt:
     """`Allocate(buf, body)` with the allocation as deep as it may go (`body` is sunk already)."""
     if isinstance(body, Allocate):  # allocations are independent: move past the other one
-        return Allocate(body.buffer, _place(buf, body.body))
+        inner = _place(buf, body.body)
+        if isinstance(inner, Allocate) and inner.buffer is buf and inner.body is body.body:
+            return Allocate(buf, body)  # it goes no deeper: keep the order
+        return Allocate(body.buffer, inner)
     if not isinstance(body, SeqStmt):
         return Allocate(buf, body)
     users = [k for k, st in enumerate(body.stmts) if _uses(st, buf)]
