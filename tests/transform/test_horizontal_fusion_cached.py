@@ -129,8 +129,9 @@ def test_sink_allocations_moves_each_buffer_onto_its_nest():
     sp.assert_structural_equal(sunk, allocated_on_each)
     assert 'with T.allocate((8,), "float32", "shared") as S:' in sunk.script()
     sp.assert_structural_equal(sp.from_script(sunk.script()), sunk)
-    for target in ("cuda", "cpu"):  # each nest a launch of its own; each buffer in its scope
-        assert "S = " in sp.build(sunk, target).source
+    kernel = sp.build(sunk, "cuda")  # each nest a launch of its own, with its own buffer
+    assert kernel.launch_configs() == [((8,), (1,)), ((8,), (1,))]
+    assert kernel.resources.shared == (("S", 32),) and kernel.resources.local == (("L", 32),)
 
 
 @T.prim_func
