@@ -106,6 +106,17 @@ def check_mixed_host_operand():
     np.testing.assert_allclose(host(values), A.multiply(X @ Y.T).tocsr().data, rtol=1e-5, atol=1e-5)
 
 
+def check_host_operands_keep_the_structure_on_the_device():
+    """numpy/scipy operands: after the first calls, only A's values, B and C move per call."""
+    A = matrix()
+    B = np.random.default_rng(5).standard_normal((5, 3)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(sp.ops.spmm(A, B, target="cuda"), A @ B, rtol=1e-5, atol=1e-5)
+    C, counts = counted(lambda: sp.ops.spmm(A, B, target="cuda"))
+    assert isinstance(C, np.ndarray) and counts == {"to_host": 1, "to_device": 3}, counts
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
 def _raises(fn, pattern: str):
     try:
         fn()

@@ -4,6 +4,9 @@
     C = sp.ops.spmm(A_cupyx, B_cupy, target="cuda")   # cupyx.scipy.sparse + cupy -> cupy
     S = sp.ops.sddmm(A_cupyx, X, Y, target="cuda")    # -> cupyx.scipy.sparse.csr_matrix
 
+Host operands on `target="cuda"` keep `operators`' path, where A's structure, once checked,
+also comes from `DEVICE_STRUCTURES` (values, dense operands and the result move per call).
+
 A call takes this path when A is a `cupyx.scipy.sparse` matrix or a dense operand (or `out=`) is
 a device array (`runtime.device`); numpy operands mixed in are copied to the device. The result
 is of the kind of the device operands (cupy when any is cupy, else Numba). A's structure is
@@ -96,6 +99,17 @@ def _ndim(X) -> int:
     return len(describe(X).shape) if is_device_array(X) else np.ndim(X)
 
 
+def structure_on_device(csr: scipy.sparse.csr_matrix, kind: str = "numba") -> tuple:
+    """Device copies of a checked scipy CSR's `indptr` and `indices`, made once per structure
+    (`DEVICE_STRUCTURES`); host operands on `target="cuda"` use them too (`operators._call`)."""
+    key = (csr.shape, kind)
+    arrays = DEVICE_STRUCTURES.get(csr.indptr, csr.indices, *key)
+    if arrays is None:
+        arrays = (to_device(csr.indptr, kind), to_device(csr.indices, kind))
+        DEVICE_STRUCTURES.put(csr.indptr, csr.indices, key, arrays)
+    return arrays
+
+
 class _DeviceCSR:
     """A's structure on the device (checked once per structure) and where its values come from."""
 
@@ -114,12 +128,7 @@ class _DeviceCSR:
         csr = as_csr(A)
         if not structure_checked(csr):
             remember_structure(csr)  # as_csr checked the raw arrays and made them canonical
-        key = (csr.shape, kind)
-        arrays = DEVICE_STRUCTURES.get(csr.indptr, csr.indices, *key)
-        if arrays is None:
-            arrays = (to_device(csr.indptr, kind), to_device(csr.indices, kind))
-            DEVICE_STRUCTURES.put(csr.indptr, csr.indices, key, arrays)
-        self = cls(csr.shape, *arrays, csr.indices.dtype, csr.dtype, csr.nnz, kind)
+        self = cls(csr.shape, *structure_on_device(csr, kind), csr.indices.dtype, csr.dtype, csr.nnz, kind)
         self.host_values = csr.data
         return self
 

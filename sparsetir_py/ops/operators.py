@@ -132,6 +132,8 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
 
         repeat.remember(key, A, again)
     else:
+        if checked and target == "cuda":  # A's structure went to the device once (ops/device.py)
+            args["indptr"], args["indices"] = device.structure_on_device(csr)
         kernel(**args, **sizes, check_structure=not checked, **threading)
     if not checked:
         remember_structure(csr)

@@ -69,6 +69,14 @@ def test_without_fusion_each_nest_is_a_launch_with_its_own_scratch():
     assert kernel.resources.shared_bytes == 6144
 
 
+def test_compile_runs_the_same_passes():
+    """`sp.compile` with the schedule: sink_allocations, compact_buffers, then horizontal_fusion
+    (the function is marked `horizontal_fuse`) give the same launch and scratch."""
+    kernel = sp.compile(case.row_sums, "cuda", schedule=case.schedule)
+    assert kernel.launch_configs() == [((40,), (1,))]
+    assert kernel.resources.shared_bytes == 6144 and kernel.resources.local_bytes == 48
+
+
 def test_sums_in_the_simulator(tmp_path_factory):
     info, out = simulated_run(tmp_path_factory, "cached_fusion", Path(case.__file__))
     args = case.inputs()
