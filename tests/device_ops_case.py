@@ -21,7 +21,7 @@ if __name__ == "__main__":  # run as a script: the simulator, this checkout's pa
 
 import numpy as np
 import scipy.sparse
-from matrices import make_csr
+from matrices import edge_matrices, make_csr
 
 import sparsetir_py as sp
 
@@ -115,6 +115,20 @@ def check_host_operands_keep_the_structure_on_the_device():
     C, counts = counted(lambda: sp.ops.spmm(A, B, target="cuda"))
     assert isinstance(C, np.ndarray) and counts == {"to_host": 1, "to_device": 3}, counts
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+def check_edge_matrices():
+    """Empty shapes, no nonzeros, zero widths (empty device arrays are contiguous)."""
+    for name, A in edge_matrices().items():
+        m, n = A.shape
+        for w in (0, 3):
+            B = np.random.default_rng(w).standard_normal((n, w)).astype(A.dtype)
+            X, Y = np.ones((m, w), A.dtype), np.full((n, w), 2, A.dtype)
+            C = host(sp.ops.spmm(A, _to_device(B), target="cuda"))
+            np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5, err_msg=f"{name} width {w}")
+            S = host(sp.ops.sddmm(A, _to_device(X), _to_device(Y), target="cuda"))
+            want = A.multiply(X @ Y.T).tocsr().data
+            np.testing.assert_allclose(S, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} width {w}")
 
 
 def _raises(fn, pattern: str):

@@ -56,15 +56,19 @@ def describe(value: Any) -> ArrayInfo:
         strides = interface.get("strides")
     else:
         dtype, shape, strides = np.dtype(value.dtype), tuple(int(s) for s in value.shape), value.strides
-    return ArrayInfo(shape, dtype, strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize))
+    return ArrayInfo(shape, dtype, strides is None or _c_contiguous(shape, tuple(strides), dtype.itemsize))
 
 
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for extent in reversed(shape):
-        strides.insert(0, step)
-        step *= max(extent, 1)
-    return tuple(strides)
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """numpy's rule: an empty array is contiguous, and the stride of an extent of 1 is free."""
+    if 0 in shape:
+        return True
+    step = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != step:
+            return False
+        step *= extent
+    return True
 
 
 def empty_like_kind(kind: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
