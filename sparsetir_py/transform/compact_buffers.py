@@ -15,7 +15,10 @@ Schedule primitives size their buffers for their whole scope: `rfactor` makes `C
   replaced by their bindings); every access must start at the same expression of the fixed
   variables up to a constant, and the extent must be a constant. The buffer then gets that
   extent and every access the offset from the region's start (`C_rf[vi_j * 32 + vk_inner]`
-  becomes `C_rf[0]`, a register, when `vi_j` and `vk_inner` are thread indices).
+  becomes `C_rf[0]`, a register, when `vi_j` and `vk_inner` are thread indices). Where one
+  term of an index mixes fixed and varying loops (a cache block's `v0 = bx * 4 + i_inner`: the
+  block may not name `bx`), the access becomes `idx mod D - s` with `D` dividing the region's
+  start (`A_shared[(v1 + v0 * 128) % 512]`), when that maps the region one to one.
 - On CUDA, a function-level `local` buffer (scratch the runtime would allocate in global memory
   and zero-fill) moves into the kernel as a `local` allocation around the body, zero-filled by
   each thread, when the regions of different threads provably do not overlap (so no thread
