@@ -131,6 +131,21 @@ def check_edge_matrices():
             np.testing.assert_allclose(S, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} width {w}")
 
 
+def check_formats_on_device_operands():
+    """hyb / ell / bsr SpMM with B on the device: C on the device, only the finiteness flag of B
+    comes back (the formats pad); an inf in B runs CSR's exact loop (NaN where scipy has NaN)."""
+    A = matrix()
+    B = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
+    for fmt, params in (("hyb", {"num_col_parts": 2, "buckets": [1, 2]}), ("ell", {}), ("bsr", {"block_size": 2})):
+        call = lambda fmt=fmt, params=params: sp.ops.spmm(A, _to_device(B), format=fmt, target="cuda", **params)  # noqa: E731
+        C, counts = counted(call)
+        assert isinstance(C, devicearray.FakeCUDAArray) and counts["to_host"] <= 1, (fmt, counts)
+        np.testing.assert_allclose(host(C), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
+    B[1, 0] = np.inf
+    C = host(sp.ops.spmm(A, _to_device(B), format="ell", target="cuda"))
+    np.testing.assert_array_equal(np.isnan(C), np.isnan(A @ B))
+
+
 def _raises(fn, pattern: str):
     try:
         fn()
@@ -147,7 +162,8 @@ def check_errors():
     _raises(lambda: sp.ops.spmm(A, _to_device(np.zeros((6, 4), np.float32)), target="cuda"), "must have 5 rows")
     _raises(lambda: sp.ops.spmm(A, _to_device(np.zeros((5, 4), np.float32))), "device arrays run on target='cuda'")
     B = _to_device(np.zeros((5, 4), np.float32))
-    _raises(lambda: sp.ops.spmm(A, B, format="hyb", target="cuda"), "format 'hyb' with device operands")
+    X = _to_device(np.zeros((7, 4), np.float32))
+    _raises(lambda: sp.ops.sddmm(A, X, B, format="hyb", target="cuda"), "format 'hyb' with device operands runs SpMM")
     bad = cuda.device_array((7, 3), np.float32)
     _raises(lambda: sp.ops.spmm(A, B, target="cuda", out=bad), "`out` must have shape (7, 4)")
 

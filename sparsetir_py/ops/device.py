@@ -22,7 +22,11 @@ Results: SpMM gives the `(m, width)` product (`out=` a device array of that shap
 works too; a 1-D operand gives SpMV). SDDMM gives a `cupyx.scipy.sparse.csr_matrix` with A's
 structure for cupy operands, and for Numba ones the values alone: a device array of `nnz`
 entries in A's storage order (the structure is A's, on the host already). The launch is
-asynchronous, as Numba's and CuPy's are. Formats other than CSR need host operands for now.
+asynchronous, as Numba's and CuPy's are. SpMM also runs decomposed formats (`format="hyb"`,
+`"ell"`, `"bsr"`, a rule module; one horizontally fused launch for the parts) on device dense
+operands with a scipy A: where the format pads, B's finiteness is decided on the device (one flag
+comes back; with an inf or NaN in B, CSR's exact loop runs instead, as on the host). SDDMM with
+a decomposed format, and a cupyx A with one, need host operands for now.
 """
 
 from __future__ import annotations
@@ -45,7 +49,16 @@ from ..operands import (
     remember_structure,
     structure_checked,
 )
-from ..runtime.device import describe, empty_like_kind, is_device_array, is_device_sparse, kind_of, to_device
+from ..runtime.device import (
+    all_finite,
+    describe,
+    empty_like_kind,
+    is_device_array,
+    is_device_sparse,
+    kind_of,
+    to_device,
+)
+from . import parts
 from .kernels import csr_kernel
 
 #: Device copies of host structures: (indptr, indices) of a checked scipy CSR -> device arrays.
@@ -61,15 +74,20 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     """`op` (an `operators.Operator`) on device operands; see the module docstring."""
     if target != "cuda":
         raise InputError(f"device arrays run on target='cuda', got target={target!r}")
-    if params or not (isinstance(format, str) and format in ("csr", "auto")):
+    csr_format = isinstance(format, str) and format in ("csr", "auto")
+    if csr_format and params:
+        raise InputError(f"format {format!r} takes no parameters with device operands, got {', '.join(params)}")
+    if not csr_format and (op.name != "spmm" or is_device_sparse(A)):
         raise InputError(
-            f"format {format!r} with device operands is not supported yet: pass format='csr' (or 'auto'), "
-            "or host (numpy/scipy) operands"
+            f"format {format!r} with device operands runs SpMM with a scipy A only: pass format='csr' (or "
+            "'auto'), or host (numpy/scipy) operands"
         )
     kind = _kind(A, dense, out)
     vector = op.name == "spmm" and _ndim(dense[0]) == 1
     if vector:
         dense = (dense[0].reshape(-1, 1) if is_device_array(dense[0]) else np.asarray(dense[0]).reshape(-1, 1),)
+    if not csr_format:
+        return _spmm_parts(op, A, dense, format, schedule, out, params, kind, vector)
     a = _DeviceCSR.of(A, kind)
     dtype, operands, feat = dense_operands(
         op.name, a.shape, a.dtype, dense, read=_read, fit=lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)
@@ -85,6 +103,32 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     kernel(**args, **sizes, check_structure=False)
     if op.name == "sddmm":
         return _finish_sddmm(a, result, kind)
+    if vector:
+        return out if out is not None else result.reshape(m)
+    return out if out is not None else result
+
+
+def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: bool):
+    """SpMM with A decomposed by a rule module (hyb, ell, bsr, ...; `ops/parts.py`), the dense
+    operands on the device: the conversion is cached per structure as on the host; the parts'
+    structure and values go to the device per call."""
+    module = parts.format_module(format)
+    csr = as_csr(A)
+    if not structure_checked(csr):
+        remember_structure(csr)
+    fit = lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)  # noqa: E731
+    dtype, (B,), feat = dense_operands(op.name, csr.shape, csr.dtype, dense, read=_read, fit=fit)
+    dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[csr.indices.dtype]
+    conversion = parts.converted(module, csr, params, dname, idtype)
+    if conversion.pads and not all_finite(B):
+        # A padded slot holds 0 and reads a real row of B: 0 * inf is NaN where A stores nothing.
+        return call(op, csr, (B,), "csr", "cuda", None, out, {})
+    kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
+    m, n = csr.shape
+    result = _result(op.name, kind, (m, feat), dtype, out, vector)
+    args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **conversion.structure}
+    args.update(conversion.values(csr.data, dtype))
+    parts.run_parts(kernel, conversion, args, {})
     if vector:
         return out if out is not None else result.reshape(m)
     return out if out is not None else result

@@ -9,12 +9,22 @@ helpers never copy a device array to the host.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayInfo", "describe", "empty_like_kind", "is_device_array", "is_device_sparse", "kind_of", "to_device"]
+__all__ = [
+    "ArrayInfo",
+    "all_finite",
+    "describe",
+    "empty_like_kind",
+    "is_device_array",
+    "is_device_sparse",
+    "kind_of",
+    "to_device",
+]
 
 
 def is_device_array(value: Any) -> bool:
@@ -91,3 +101,24 @@ def to_device(host: np.ndarray, kind: str = "numba") -> Any:
     from numba import cuda
 
     return cuda.to_device(host)
+
+
+def all_finite(value: Any) -> bool:
+    """Whether every entry of a device array is finite, decided on the device: only a flag comes
+    back to the host, never the array."""
+    info = describe(value)
+    size = math.prod(info.shape)
+    if size == 0:
+        return True
+    if kind_of(value) == "cupy":
+        import cupy
+
+        return bool(cupy.isfinite(value).all())
+    from numba import cuda
+
+    from .cuda_finite import mark_nonfinite
+
+    flag = cuda.to_device(np.zeros(1, np.int32))
+    threads = 256
+    mark_nonfinite[(size + threads - 1) // threads, threads](value.reshape(size), flag)
+    return int(flag.copy_to_host()[0]) == 0

@@ -10,7 +10,8 @@ pubmed); types int32/int64 x float32/float64. Kernels:
 - scripts that declare A by an MLIR encoding (CSR, BSR, COO);
 - a `while` loop (the binary search of `tests/codegen/test_while_loops.py`);
 - SparseTIR's horizontally fused case with shared/local caches (`cached_fusion_case.py`);
-- a kernel called with Numba device arrays (used in place, results read back once).
+- a kernel called with Numba device arrays (used in place, results read back once);
+- `sp.ops` with Numba device operands (CSR, hyb, bsr) and with cupy / cupyx.scipy.sparse ones.
 
 Widths are fixed per test so that one compiled kernel serves every matrix of a type.
 """
@@ -207,3 +208,37 @@ def test_kernel_with_numba_device_arrays():
     c = cuda.device_array((A.shape[0], WIDTH), np.float32)
     kernel(**dev, c=c, m=A.shape[0], n=A.shape[1], feat=WIDTH, nnz=A.nnz, check_structure=False)
     np.testing.assert_allclose(c.copy_to_host(), A @ B, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "hyb", "bsr"])
+def test_ops_with_numba_device_operands(fmt):
+    from numba import cuda
+
+    A = load_matrix(GRAPHS[-1])
+    B = np.random.default_rng(0).standard_normal((A.shape[1], WIDTH)).astype(np.float32)
+    C = sp.ops.spmm(A, cuda.to_device(B), format=fmt, target="cuda")
+    assert hasattr(C, "copy_to_host")  # a Numba device array
+    np.testing.assert_allclose(C.copy_to_host(), A @ B, rtol=2e-4, atol=2e-4)
+    if fmt == "csr":
+        X = cuda.to_device(np.ones((A.shape[0], WIDTH), np.float32))
+        values = sp.ops.sddmm(A, X, cuda.to_device(B), target="cuda").copy_to_host()
+        np.testing.assert_allclose(values, A.multiply(np.ones((A.shape[0], WIDTH)) @ B.T).tocsr().data, rtol=2e-4)
+
+
+def test_ops_with_cupy_operands():
+    cupy = pytest.importorskip("cupy")
+    if os.environ.get("SPARSETIR_TEST_GPU") == "sim":
+        pytest.skip("cupy needs a real GPU")
+    import cupyx.scipy.sparse
+
+    A = load_matrix(GRAPHS[-1])
+    B = np.random.default_rng(0).standard_normal((A.shape[1], WIDTH)).astype(np.float32)
+    for A_in in (A, cupyx.scipy.sparse.csr_matrix(A), cupyx.scipy.sparse.coo_matrix(A)):
+        C = sp.ops.spmm(A_in, cupy.asarray(B), target="cuda")
+        assert isinstance(C, cupy.ndarray)
+        np.testing.assert_allclose(cupy.asnumpy(C), A @ B, rtol=2e-4, atol=2e-4)
+    X = cupy.ones((A.shape[0], WIDTH), cupy.float32)
+    S = sp.ops.sddmm(cupyx.scipy.sparse.csr_matrix(A), X, cupy.asarray(B), target="cuda")
+    assert isinstance(S, cupyx.scipy.sparse.csr_matrix)
+    want = A.multiply(np.ones((A.shape[0], WIDTH)) @ B.T).tocsr()
+    np.testing.assert_allclose(S.get().toarray(), want.toarray(), rtol=2e-4, atol=2e-4)
