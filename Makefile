@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean venv docs
+.PHONY: demo test test-gpu lint format clean venv docs
 
 venv: $(STAMP)
 
@@ -21,6 +21,24 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/python -m pytest -n 2 -q
+
+# `make test-gpu`: every CUDA kernel the project generates, on a real GPU against scipy
+# (tests/gpu), then a short CUDA bench against cuSPARSE and torch (bench/cuda_quick.py). It runs
+# with the machine's own python3 and no install (PYTHONPATH=.; numba, numba-cuda, scipy and
+# pytest needed; cupy and torch where present) and writes test-gpu.md/.json and
+# bench-cuda.md/.json under $SPARSETIR_REPORT_DIR (default gpu-report/). Without a GPU both
+# parts skip with the reason (status 0). `make test` runs none of it (tests/gpu skips itself).
+GPU_PYTHON ?= python3
+SPARSETIR_REPORT_DIR ?= gpu-report
+export SPARSETIR_REPORT_DIR
+
+test-gpu:
+	@mkdir -p "$(SPARSETIR_REPORT_DIR)"
+	SPARSETIR_TEST_GPU=1 PYTHONPATH=. $(GPU_PYTHON) -m pytest -q -p no:cacheprovider --confcutdir=tests/gpu \
+		-o addopts="-ra" tests/gpu; status=$$?; \
+	PYTHONPATH=. $(GPU_PYTHON) -m bench.cuda_quick || status=1; \
+	echo "report: $(SPARSETIR_REPORT_DIR)/test-gpu.md, $(SPARSETIR_REPORT_DIR)/bench-cuda.md"; \
+	test $$status -eq 0 -o $$status -eq 5
 
 # The documentation (Sphinx, docs/): HTML in docs/_build/html, warnings are errors.
 docs: $(STAMP)

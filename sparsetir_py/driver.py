@@ -24,6 +24,7 @@ from .transform import (
     lower_sparse_iter,
     partition_loops,
     promote_accumulators,
+    sink_allocations,
     unroll_loops,
 )
 
@@ -99,6 +100,9 @@ def compile(
 def target_passes(mod: PrimFunc | IRModule, target: str) -> IRModule:
     """The Stage III passes `compile` runs for `target` before `build`, in order."""
     mod = IRModule.from_any(mod)
+    # Scratch allocated around several top-level nests (cache_read/cache_write at the root) goes
+    # onto the one nest that uses it: each nest is then a launch of its own with its own scratch.
+    mod = sink_allocations(mod) if target == "cuda" else mod
     # Scratch sized for a whole scope shrinks to what one instance touches (rfactor's `C_rf`
     # becomes a register per thread on CUDA); function-level local scratch moves into the kernel.
     mod = compact_buffers(mod, target)

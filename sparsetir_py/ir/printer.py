@@ -315,8 +315,11 @@ class ScriptPrinter:
 
     def stmt_SeqStmt(self, s: SeqStmt) -> None:
         # Nested and one-element sequences print flat; structural equality flattens them too.
-        for x in s.stmts:
-            self.stmt(x)
+        for k, x in enumerate(s.stmts):
+            if isinstance(x, Allocate) and k < len(s.stmts) - 1:
+                self.scoped_allocate(x)  # statements follow: `S = T.allocate(...)` would cover them
+            else:
+                self.stmt(x)
 
     def stmt_BufferStore(self, s: BufferStore) -> None:
         self.b.line(f"{self.access(s.buffer, s.indices)} = {self.expr(s.value)}")
@@ -393,10 +396,16 @@ class ScriptPrinter:
 
     def stmt_Allocate(self, s: Allocate) -> None:
         b = s.buffer
-        self.b.line(
-            f'{self.buf(b)} = T.allocate({self.shape_tuple(b.shape)}, "{b.dtype}", "{b.scope}"{self.layout_kw(b)})'
-        )
+        self.b.line(f"{self.buf(b)} = {self.allocate_call(b)}")
         self.stmt(s.body)
+
+    def scoped_allocate(self, s: Allocate) -> None:
+        """An allocation that other statements of its sequence follow: its scope is a `with`."""
+        self.b.line(f"with {self.allocate_call(s.buffer)} as {self.buf(s.buffer)}:")
+        self.body(s.body)
+
+    def allocate_call(self, b) -> str:
+        return f'T.allocate({self.shape_tuple(b.shape)}, "{b.dtype}", "{b.scope}"{self.layout_kw(b)})'
 
     def iter_axes_text(self, axes) -> str:
         parts, i = [], 0

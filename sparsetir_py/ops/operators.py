@@ -17,7 +17,8 @@ import scipy.sparse
 
 from ..errors import InputError
 from ..operands import DTYPE_NAMES, as_csr, dense_operands, read_array, remember_structure, structure_checked
-from . import auto, parts, repeat
+from ..runtime.device import is_device_sparse
+from . import auto, device, parts, repeat
 from .kernels import csr_kernel, resolve_schedule
 from .threads import check_threads, thread_args
 
@@ -131,6 +132,8 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
 
         repeat.remember(key, A, again)
     else:
+        if checked and target == "cuda":  # A's structure went to the device once (ops/device.py)
+            args["indptr"], args["indices"] = device.structure_on_device(csr)
         kernel(**args, **sizes, check_structure=not checked, **threading)
     if not checked:
         remember_structure(csr)
@@ -207,6 +210,9 @@ def spmm(
     >>> sp.ops.spmm(A, x, out=y, threads=1) is y, np.allclose(y, A @ x)
     (True, True)
     """
+    host = isinstance(B, np.ndarray) and (out is None or isinstance(out, np.ndarray)) and not is_device_sparse(A)
+    if not host and device.wants_device(A, (B,), out):  # device in, device out (ops/device.py)
+        return device.call(OPERATORS["spmm"], A, (B,), format, target, schedule, out, params)
     vector = isinstance(B, np.ndarray) and B.ndim == 1
     if not vector and not isinstance(B, np.ndarray) and not scipy.sparse.issparse(B):
         B = read_array(B, "B")
@@ -255,4 +261,7 @@ def sddmm(
     >>> S.nnz == A.nnz, np.allclose(S.toarray(), A.multiply(X @ (2 * X).T).toarray())
     (True, True)
     """
+    host = isinstance(X, np.ndarray) and isinstance(Y, np.ndarray) and not is_device_sparse(A)
+    if not host and device.wants_device(A, (X, Y), None):  # device in, device out (ops/device.py)
+        return device.call(OPERATORS["sddmm"], A, (X, Y), format, target, schedule, None, params)
     return _call(OPERATORS["sddmm"], A, (X, Y), format, target, schedule, None, threads, params, sddmm)

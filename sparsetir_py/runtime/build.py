@@ -5,7 +5,13 @@
     kern.source                               # the generated Python source
 
 `build` renders exactly the function it is given, writes the source to the on-disk cache and
-imports it; it runs no pass. The target passes (`compact_buffers`, `promote_accumulators`,
+imports it; it runs no pass, with one exception on CUDA: a kernel whose scratch is past the
+device's limits (48 KiB of static shared memory per block, 16 KiB of local arrays per thread:
+`runtime/resources.py`) is compacted as `sp.compile` would (`sink_allocations`,
+`compact_buffers`) before `build` gives up with a `CodegenError` naming the buffers and their
+bytes; threads per block and grid sizes past CUDA's limits are a `CodegenError` too, so `build`
+never returns a kernel that cannot launch (`kernel.resources` shows what it asks for).
+The target passes (`compact_buffers`, `promote_accumulators`,
 `hoist_loop_invariants` in `sp.transform`) are lines of `sp.compile`'s pipeline (`driver.py`);
 run them on a hand-lowered module before `build` to get the same kernel. `build` never touches a
 GPU and compiles nothing: Numba compiles on the first call (CPU, CUDA) or on `kernel.ptx(cc)`.
@@ -20,11 +26,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..codegen import render
+from ..codegen import KernelSource, render
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
+from ..transform.compact_buffers import compact_buffers
+from ..transform.sink_allocations import sink_allocations
 from . import cache
 from .kernel import CPUKernel, CUDAKernel, Kernel
+from .resources import MAX_LOCAL_BYTES, MAX_SHARED_BYTES, Resources, check_build, kernel_resources
 
 KERNELS: dict[str, type[Kernel]] = {"cpu": CPUKernel, "cuda": CUDAKernel}
 
@@ -52,7 +61,7 @@ def build(
 
     Raises:
         CodegenError: the function is not at Stage III, uses a construct the target cannot run,
-            or an option is unknown.
+            needs more of the GPU than CUDA allows (`runtime.resources`), or an option is unknown.
 
     >>> import numpy as np, sparsetir_py as sp
     >>> from sparsetir_py.ops import spmm_script
@@ -74,6 +83,9 @@ def build(
 
         verify_cached(func)
     ks = render(func, target, **options)
+    resources = None
+    if target == "cuda":
+        func, ks, resources = _fit_cuda(func, ks, options)
     key = cache.cache_key(_script_text(func), target, ks.options, ks.source)
     directory = Path(cache_dir).expanduser() if cache_dir is not None else cache.cache_dir()
     path = cache.kernel_path(directory, target, ks.name, key)
@@ -84,8 +96,28 @@ def build(
     if Path(module.__file__) != path.resolve():  # imported from a copy (see `cache.import_source`)
         path = Path(module.__file__)
     kernel = KERNELS[target](ks, dispatcher, path)
+    kernel.resources = resources
     _debug_report(func, kernel)
     return kernel
+
+
+def _fit_cuda(func: PrimFunc, ks: KernelSource, options: dict[str, Any]) -> tuple[PrimFunc, KernelSource, Resources]:
+    """The function, its source and its resources, within CUDA's limits (`runtime.resources`).
+
+    A kernel whose scratch is past the limits gets one rescue before the `CodegenError`: the
+    passes `sp.compile` runs for it anyway (`sink_allocations`, then `compact_buffers`: each
+    buffer shrinks to what one block or thread touches), so a hand-lowered module built directly
+    fits when it can. A kernel that fits is built exactly as given."""
+    res = kernel_resources(func, ks.launches or (ks.launch,))
+    over = res.shared_bytes > MAX_SHARED_BYTES or res.local_bytes > MAX_LOCAL_BYTES
+    if over:
+        compacted = compact_buffers(sink_allocations(func), "cuda")["main"]
+        if compacted != func:
+            func = compacted
+            ks = render(func, "cuda", **options)
+            res = kernel_resources(func, ks.launches or (ks.launch,))
+    check_build(func.name, res)
+    return func, ks, res
 
 
 def _select_function(mod: PrimFunc | IRModule | Mapping[str, PrimFunc]) -> PrimFunc:

@@ -14,7 +14,6 @@ compiles the kernel to PTX without a GPU.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,8 +32,8 @@ from ..ir.buffer import FlatBuffer
 from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
-from ..ir.launch import MAX_THREADS_PER_BLOCK
 from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
+from .resources import check_launch
 
 
 class Kernel:
@@ -50,6 +49,8 @@ class Kernel:
         self._ks = ks
         self._fn = fn  # the Numba dispatcher
         self._plans: dict[tuple, list] = {}  # argument signature -> binding plan (CPU)
+        #: CUDA: the device resources the kernel asks for (`runtime.resources.Resources`); CPU: None.
+        self.resources = None
         #: Parameters bound to constants before lowering (`sp.compile(..., specialize=...)`): a call
         #: may still pass them, with the same value, so code written for the generic function runs.
         self.specialized: dict[str, int | float] = {}
@@ -270,13 +271,23 @@ class CUDAKernel(Kernel):
             for tag, extents in launch.items():
                 text = ", ".join(printer.expr(e) for e in extents)
                 rows.append([index, tag, text if len(extents) == 1 else f"max({text})"])
+        resources = ""
+        if self.resources is not None:
+            resources = display.details(
+                f"resources ({self.resources})",
+                display.table(["resource", "kernel", "CUDA limit", "from"], self.resources.rows()),
+                open=True,
+            )
         if not rows:
-            return "<div>one thread: grid (1,), block (1,)</div>"
+            return "<div>one thread: grid (1,), block (1,)</div>" + resources
         count = len(self._ks.launches) or 1
-        return display.details(
-            f"launch configuration ({count} launch{'es' if count > 1 else ''})",
-            display.table(["launch", "thread tag", "extent"], rows),
-            open=True,
+        return (
+            display.details(
+                f"launch configuration ({count} launch{'es' if count > 1 else ''})",
+                display.table(["launch", "thread tag", "extent"], rows),
+                open=True,
+            )
+            + resources
         )
 
     # ---------------------------------------------------------------- launch configuration
@@ -324,13 +335,8 @@ class CUDAKernel(Kernel):
         bound = bind_arguments(self.func, (), checked, check_structure=check_structure)
         # One launch, or one per top-level nest bound to threads (`KernelSource.launches`), in order.
         configs = [self._launch(bound.scalars, launch) for launch in self._ks.launches or (None,)]
-        for _, block in configs:
-            threads = math.prod(block)
-            if threads > MAX_THREADS_PER_BLOCK:
-                raise InputError(
-                    f"`{self.name}` would launch blocks of {block} = {threads} threads; CUDA allows at most "
-                    f"{MAX_THREADS_PER_BLOCK}"
-                )
+        for grid, block in configs:
+            check_launch(self.name, grid, block)
         cuda = _cuda_for_launch()
         launch_args, copy_back = [], []
         for kp in self.kernel_params:

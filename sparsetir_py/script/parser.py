@@ -578,9 +578,13 @@ class Parser:
             return self.parse_sp_iter(st, name)
         if name == "block":
             return self.parse_block(st)
+        if name == "allocate":
+            return self.parse_scoped_allocate(st)
         if name == "init":
             raise self.fail(st, "`T.init()` must be directly inside a T.sp_iter or T.block")
-        raise self.fail(st.items[0].context_expr, "unsupported `with`: expected T.sp_iter, T.block or T.init")
+        raise self.fail(
+            st.items[0].context_expr, "unsupported `with`: expected T.sp_iter, T.block, T.allocate or T.init"
+        )
 
     def stmt_If(self, st: ast.If) -> ir.Stmt:
         cond = self.bool_expr(st.test)
@@ -705,6 +709,16 @@ class Parser:
         for v, e in reversed(list(zip(loop_vars, extents))):
             body = ir.For(v, IntImm(0, e.dtype), e, "serial", body)
         return body
+
+    def parse_scoped_allocate(self, st: ast.With) -> ir.Stmt:
+        """`with T.allocate(shape, dtype, scope) as S:`: scratch live in the `with` body only (what
+        the printer writes for an allocation that other statements follow)."""
+        item = st.items[0]
+        if not isinstance(item.optional_vars, ast.Name):
+            raise self.fail(st, "a scoped allocation is written `with T.allocate(shape, dtype, scope) as name:`")
+        assign = ast.Assign(targets=[item.optional_vars], value=item.context_expr)
+        ast.copy_location(assign, st)
+        return self.parse_allocate(assign, st.body)
 
     def parse_allocate(self, st: ast.Assign, rest: list[ast.stmt]) -> ir.Stmt:
         target = self.target_name(st)

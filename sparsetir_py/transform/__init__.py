@@ -2,7 +2,7 @@
 
 Stage I -> I: `decompose_format` (composable formats). Stage I -> II: `lower_sparse_iter`.
 Stage II -> III: `lower_sparse_buffer`. Stage III target passes (run by `sp.compile` before
-`sp.build`, in this order: `driver.target_passes`): `compact_buffers`, `unroll_loops`,
+`sp.build`, in this order: `driver.target_passes`): `sink_allocations` (CUDA), `compact_buffers`, `unroll_loops`,
 `partition_loops` (CPU), `promote_accumulators` (CPU), `hoist_loop_invariants`,
 `horizontal_fusion`.
 """
@@ -14,6 +14,7 @@ from .horizontal_fusion import horizontal_fusion
 from .lower_sparse_buffer import lower_sparse_buffer
 from .lower_sparse_iter import lower_sparse_iter
 from .partition_loops import partition_loops
+from .sink_allocations import sink_allocations
 from .unroll_loops import unroll_loops
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "partition_loops",
     "promote_accumulators",
     "remove_preprocess",
+    "sink_allocations",
     "unroll_loops",
 ]

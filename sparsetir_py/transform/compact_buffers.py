@@ -15,7 +15,10 @@ Schedule primitives size their buffers for their whole scope: `rfactor` makes `C
   replaced by their bindings); every access must start at the same expression of the fixed
   variables up to a constant, and the extent must be a constant. The buffer then gets that
   extent and every access the offset from the region's start (`C_rf[vi_j * 32 + vk_inner]`
-  becomes `C_rf[0]`, a register, when `vi_j` and `vk_inner` are thread indices).
+  becomes `C_rf[0]`, a register, when `vi_j` and `vk_inner` are thread indices). Where one
+  term of an index mixes fixed and varying loops (a cache block's `v0 = bx * 4 + i_inner`: the
+  block may not name `bx`), the access becomes `idx mod D - s` with `D` dividing the region's
+  start (`A_shared[(v1 + v0 * 128) % 512]`), when that maps the region one to one.
 - On CUDA, a function-level `local` buffer (scratch the runtime would allocate in global memory
   and zero-fill) moves into the kernel as a `local` allocation around the body, zero-filled by
   each thread, when the regions of different threads provably do not overlap (so no thread
@@ -29,6 +32,7 @@ allocation vary (thread-bound loops are ordinary loops there), and function-leve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -408,7 +412,10 @@ def _plan_or_raise(buf, parts, ctx, cuda, launch, per_thread_check):
     new_index: dict[int, PrimExpr] = {}
     for a, _, _ in infos:
         (idx,) = a.indices
-        new_index[id(a)] = _relative(idx, a.ctx, canon_map(a.ctx), relaxed(a.ctx), ref, lo_c)
+        try:
+            new_index[id(a)] = _relative(idx, a.ctx, canon_map(a.ctx), relaxed(a.ctx), ref, lo_c)
+        except _Unsure:
+            new_index[id(a)] = _modular(idx, ref, lo_c, extent)
     by_key = {}
     for a, _, _ in infos:
         key = (a.indices, tuple(sorted((t, id(v)) for t, v in a.ctx.threads.items())))
@@ -464,6 +471,30 @@ def _relative(idx, actx, cmap, ranges, ref, lo_c) -> PrimExpr:
         return mk.sub(IntImm(shift, dtype), dims[atom.index])  # `7 - vk`, a reversed traversal
     rel = from_affine(varying, dims, dtype=dtype)
     return rel if shift == 0 else mk.add(rel, IntImm(shift, dtype))
+
+
+def _modular(idx: PrimExpr, ref: PrimExpr, lo_c: int, extent: int) -> PrimExpr:
+    """`idx mod D - s`, for an index whose terms mix fixed and varying variables, so that its
+    fixed part cannot be subtracted in the access's own variables (a cache block's `v0 =
+    bx * 4 + i_inner` with `bx` fixed, `i_inner` varying; a block may not name the loops around
+    it). `D` divides every coefficient of `ref` (the region's start, over fixed variables), so the
+    start is the constant `r0` modulo `D`; when the window `[r0 + lo_c, r0 + lo_c + extent)`
+    does not wrap modulo `D`, `idx mod D - s` with `s = (r0 + lo_c) mod D` maps it onto
+    `[0, extent)` one to one."""
+    e, _ = to_affine(ref)
+    divisor = 0
+    for atom, k in e.terms:
+        if not isinstance(atom, DimId):
+            raise _Unsure("the region's start is not affine in the fixed variables")
+        divisor = math.gcd(divisor, abs(k))
+    if divisor == 0:
+        raise _Unsure("a constant start needs no modulus")
+    start = (e.constant + lo_c) % divisor
+    if start + extent > divisor:
+        raise _Unsure("the window wraps modulo the start's stride")
+    dtype = idx.dtype
+    wrapped = mk.binop("%", idx, IntImm(divisor, dtype))
+    return wrapped if start == 0 else mk.sub(wrapped, IntImm(start, dtype))
 
 
 def _disjoint_per_thread(ref: PrimExpr, extent: int, canon: dict[str, Var], launch: dict[str, int | None]) -> None:

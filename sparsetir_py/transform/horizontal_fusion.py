@@ -36,8 +36,9 @@ from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.launch import MAX_THREADS_PER_BLOCK, launch_loops
 from ..ir.node import FrozenDict
-from ..ir.stmt import AtomicAdd, Block, BufferStore, For, IfThenElse, SeqStmt, Stmt, seq
+from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, SeqStmt, Stmt, seq
 from ..ir.visit import children, post_order_rewrite, substitute
+from .sink_allocations import sink_allocations_in
 
 FUSE_ATTR = "horizontal_fuse"
 DISJOINT = "disjoint_writes"
@@ -74,7 +75,10 @@ def horizontal_fusion(mod: PrimFunc | IRModule, *, only_marked: bool = False) ->
 
 
 def _fuse_function(f: PrimFunc) -> PrimFunc:
-    stmts = list(f.body.stmts) if isinstance(f.body, SeqStmt) else [f.body]
+    # Scratch allocated around several nests (cache_read/cache_write at the root) goes onto the
+    # nest that uses it, so each part keeps its own; what several nests use stays around them all.
+    outer, body = _peel_allocations(sink_allocations_in(f.body))
+    stmts = list(body.stmts) if isinstance(body, SeqStmt) else [body]
     nests = [_Nest.of(s) for s in stmts]
     # Each nest goes to the first level after every earlier nest it conflicts with; nests of one
     # level share a launch where they can (same kind, same blockIdx.y/z, a block of <= 1024
@@ -96,7 +100,19 @@ def _fuse_function(f: PrimFunc) -> PrimFunc:
         groups.extend(open_groups)
     if len(groups) == len(nests):
         return f
-    return f.replace(body=seq(*(_fused(g) for g in groups)))
+    fused = seq(*(_fused(g) for g in groups))
+    for buf in reversed(outer):
+        fused = Allocate(buf, fused)
+    return f.replace(body=fused)
+
+
+def _peel_allocations(s: Stmt) -> tuple[list, Stmt]:
+    """The allocations around `s`, outermost first, and the statement inside them."""
+    outer = []
+    while isinstance(s, Allocate):
+        outer.append(s.buffer)
+        s = s.body
+    return outer, s
 
 
 # -------------------------------------------------------------------- what a nest does

@@ -95,6 +95,7 @@ DOCTEST_MODULES = [
     "sparsetir_py.transform.lower_sparse_buffer",
     "sparsetir_py.transform.decompose_format",
     "sparsetir_py.transform.horizontal_fusion",
+    "sparsetir_py.transform.sink_allocations",
     "sparsetir_py.format.mlir.encoding",
     "sparsetir_py.format.mlir.storage",
 ]

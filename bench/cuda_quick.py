@@ -1,0 +1,199 @@
+"""`python -m bench.cuda_quick`: the short CUDA bench of `make test-gpu`.
+
+Three shipped graphs (cora, citeseer, pubmed) x widths 32, 128, 512, SpMM and SDDMM: ours (the
+default CUDA schedules on device-resident arrays, `libraries.OursCUDA`) against cuSPARSE through
+cupy (`libraries.Cupy`) and torch's CUDA sparse ops, in one process. Every result is checked
+against scipy first; a wrong one is reported and not timed. Times are CUDA events on the default
+stream (all three libraries launch there), median of `--repeat` calls after two warm-up calls;
+moving A and the dense operands to the device and the result back (what `sp.ops` on host arrays
+would add) is timed once, in its own column.
+
+Writes `bench-cuda.md` and `bench-cuda.json` under `$SPARSETIR_REPORT_DIR` (default
+`gpu-report/`). Without a GPU it writes the reason there and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .libraries import LIBRARIES, Prepared, cuda_missing, same_structure
+from .measure import check_result, geomean, operands_and_reference
+
+GRAPHS = ("cora", "citeseer", "pubmed")
+WIDTHS = (32, 128, 512)
+BASELINES = ("cusparse", "torch-cuda")
+
+
+def torch_cuda(op: str, A, operands) -> Prepared:
+    """torch's CUDA sparse ops: `torch.sparse.mm` (SpMM), `torch.sparse.sampled_addmm` (SDDMM,
+    A's values applied outside the timed call, as the CPU bench does)."""
+    import torch
+
+    warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+    dev = torch.device("cuda")
+    At = torch.sparse_csr_tensor(
+        torch.from_numpy(A.indptr).to(dev),
+        torch.from_numpy(A.indices).to(dev),
+        torch.from_numpy(A.data).to(dev),
+        size=A.shape,
+    )
+    if op == "spmm":
+        Bt = torch.from_numpy(operands["B"]).to(dev)
+        return Prepared(lambda: torch.sparse.mm(At, Bt), lambda C: C.cpu().numpy(), sync=torch.cuda.synchronize)
+    Xt, Yt = torch.from_numpy(operands["X"]).to(dev), torch.from_numpy(operands["Y"]).to(dev)
+
+    def extract(S):
+        same_structure(A, S.crow_indices().cpu(), S.col_indices().cpu(), "torch.sparse.sampled_addmm")
+        return S.values().cpu().numpy() * A.data
+
+    return Prepared(lambda: torch.sparse.sampled_addmm(At, Xt, Yt.T, beta=0.0, alpha=1.0), extract)
+
+
+def prepare(name: str, op: str, A, operands) -> Prepared:
+    if name == "torch-cuda":
+        return torch_cuda(op, A, operands)
+    return LIBRARIES[name].prepare(op, A, operands)
+
+
+def event_median(fn, repeat: int) -> float:
+    """Median milliseconds of `fn()` between two CUDA events on the default stream."""
+    from numba import cuda
+
+    for _ in range(2):
+        fn()
+    cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cuda.event_elapsed_time(start, end))
+    return statistics.median(times)
+
+
+def transfer_ms(op: str, A, operands, out_shape) -> float:
+    """Milliseconds to move A's arrays and the dense operands to the device and a result back."""
+    from numba import cuda
+
+    cuda.synchronize()
+    t0 = time.perf_counter()
+    for array in (A.data, A.indptr, A.indices, *operands.values()):
+        cuda.to_device(array)
+    cuda.device_array(out_shape, np.float32).copy_to_host()
+    cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def run(graphs, widths, repeat: int) -> list[dict]:
+    import sparsetir_py as sp
+
+    rows = []
+    for op in ("spmm", "sddmm"):
+        for graph in graphs:
+            A = sp.data.load_matrix(graph)
+            for width in widths:
+                operands, ref = operands_and_reference(op, A, width, seed=0)
+                row = {"op": op, "graph": graph, "width": width, "nnz": A.nnz}
+                out_shape = (A.shape[0], width) if op == "spmm" else (A.nnz,)
+                row["transfer_ms"] = round(transfer_ms(op, A, operands, out_shape), 4)
+                for name in ("sparsetir-cuda", *BASELINES):
+                    row[name] = _measure(name, op, A, operands, ref, repeat)
+                rows.append(row)
+                print(_line(row), flush=True)
+    return rows
+
+
+def _measure(name, op, A, operands, ref, repeat) -> dict:
+    try:
+        prepared = prepare(name, op, A, operands)
+        check = check_result(prepared.extract(prepared.fn()), ref)
+        if not check.ok:
+            return {"status": f"wrong: {check.message}"}
+        return {"status": "ok", "ms": round(event_median(prepared.fn, repeat), 4)}
+    except Exception as e:  # a missing library or a failed run is a row note, not the end
+        return {"status": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+
+
+def _ms(cell: dict) -> str:
+    return f"{cell['ms']:.4f}" if cell.get("status") == "ok" else cell.get("status", "")
+
+
+def _line(row) -> str:
+    cells = " | ".join(_ms(row[n]) for n in ("sparsetir-cuda", *BASELINES))
+    return f"| {row['op']} | {row['graph']} | {row['width']} | {cells} | {_speedup(row)} | {row['transfer_ms']:.3f} |"
+
+
+def _speedup(row) -> str:
+    ours = row["sparsetir-cuda"]
+    best = [row[n]["ms"] for n in BASELINES if row[n].get("status") == "ok"]
+    if ours.get("status") != "ok" or not best:
+        return ""
+    return f"{min(best) / ours['ms']:.2f}x"
+
+
+def write(out: Path, rows: list[dict], device: str, note: str = "") -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench-cuda.json").write_text(json.dumps({"device": device, "note": note, "rows": rows}, indent=1))
+    lines = [
+        "# CUDA bench (make test-gpu): sparsetir_py vs cuSPARSE (cupy) and torch",
+        "",
+        f"device: {device}",
+        "",
+    ]
+    if note:
+        lines += [note, ""]
+    if rows:
+        lines += [
+            "ms: median of CUDA-event times, device-resident operands; speedup: the best baseline's time / ours;",
+            "transfer: A, the dense operands to the device and the result back, once (not in the other columns).",
+            "",
+            "| op | graph | width | ours ms | cuSPARSE ms | torch ms | speedup | transfer ms |",
+            "|---|---|---|---|---|---|---|---|",
+            *(_line(r) for r in rows),
+            "",
+        ]
+        for op in ("spmm", "sddmm"):
+            ratios = [float(_speedup(r)[:-1]) for r in rows if r["op"] == op and _speedup(r)]
+            if ratios:
+                lines.append(
+                    f"{op}: geomean speedup over the best baseline {geomean(ratios):.2f}x ({len(ratios)} rows)"
+                )
+    (out / "bench-cuda.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.cuda_quick", description=__doc__.splitlines()[0])
+    p.add_argument("--graphs", nargs="+", default=list(GRAPHS))
+    p.add_argument("--widths", nargs="+", type=int, default=list(WIDTHS))
+    p.add_argument("--repeat", type=int, default=20)
+    args = p.parse_args(argv)
+    out = Path(os.environ.get("SPARSETIR_REPORT_DIR") or "gpu-report")
+    why = cuda_missing()
+    if why is not None:
+        write(out, [], "none", f"skipped: {why}")
+        print(f"CUDA bench skipped: {why}")
+        return 0
+    from numba import cuda
+
+    name = cuda.get_current_device().name
+    device = name.decode() if isinstance(name, bytes) else str(name)
+    print("| op | graph | width | ours ms | cuSPARSE ms | torch ms | speedup | transfer ms |", flush=True)
+    rows = run(args.graphs, args.widths, args.repeat)
+    write(out, rows, device)
+    print(f"wrote {out / 'bench-cuda.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""`sp.ops` with device operands on `target="cuda"`: device in, device out, no host copy of them.
+
+    C = sp.ops.spmm(A, B_dev, target="cuda")          # B a Numba device array -> C one too
+    C = sp.ops.spmm(A_cupyx, B_cupy, target="cuda")   # cupyx.scipy.sparse + cupy -> cupy
+    S = sp.ops.sddmm(A_cupyx, X, Y, target="cuda")    # -> cupyx.scipy.sparse.csr_matrix
+
+Host operands on `target="cuda"` keep `operators`' path, where A's structure, once checked,
+also comes from `DEVICE_STRUCTURES` (values, dense operands and the result move per call).
+
+A call takes this path when A is a `cupyx.scipy.sparse` matrix or a dense operand (or `out=`) is
+a device array (`runtime.device`); numpy operands mixed in are copied to the device. The result
+is of the kind of the device operands (cupy when any is cupy, else Numba). A's structure is
+checked once per structure: a scipy A as `sp.ops` always does (`operands.as_csr`), then its
+indptr/indices are copied to the device once and kept (`DEVICE_STRUCTURES`, keyed on the
+identity of the host arrays, as the structure check is); its values go to the device per call.
+A cupyx A is checked from one host copy of its indptr/indices the first time (remembered in
+`operands.STRUCTURES` by the identity of its device arrays) and then never copied again. Dense
+device operands are not converted: they must be C-contiguous with the result's dtype (float32
+when A and every operand are float32, else float64), else `InputError`.
+
+Results: SpMM gives the `(m, width)` product (`out=` a device array of that shape and dtype
+works too; a 1-D operand gives SpMV). SDDMM gives a `cupyx.scipy.sparse.csr_matrix` with A's
+structure for cupy operands, and for Numba ones the values alone: a device array of `nnz`
+entries in A's storage order (the structure is A's, on the host already). The launch is
+asynchronous, as Numba's and CuPy's are. SpMM also runs decomposed formats (`format="hyb"`,
+`"ell"`, `"bsr"`, a rule module; one horizontally fused launch for the parts) on device dense
+operands with a scipy A: where the format pads, B's finiteness is decided on the device (one flag
+comes back; with an inf or NaN in B, CSR's exact loop runs instead, as on the host). SDDMM with
+a decomposed format, and a cupyx A with one, need host operands for now.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse
+
+from ..errors import InputError
+from ..inputs import check_kind
+from ..operands import (
+    DTYPE_NAMES,
+    STRUCTURES,
+    StructureCache,
+    as_csr,
+    check_dense,
+    dense_operand,
+    dense_operands,
+    remember_structure,
+    structure_checked,
+)
+from ..runtime.device import (
+    all_finite,
+    describe,
+    empty_like_kind,
+    is_device_array,
+    is_device_sparse,
+    kind_of,
+    to_device,
+)
+from . import parts
+from .kernels import csr_kernel
+
+#: Device copies of host structures: (indptr, indices) of a checked scipy CSR -> device arrays.
+DEVICE_STRUCTURES = StructureCache()
+
+
+def wants_device(A, dense: tuple, out) -> bool:
+    """Whether a call has a device operand (and so takes this module's path)."""
+    return is_device_sparse(A) or is_device_array(out) or any(is_device_array(x) for x in dense)
+
+
+def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) -> Any:
+    """`op` (an `operators.Operator`) on device operands; see the module docstring."""
+    if target != "cuda":
+        raise InputError(f"device arrays run on target='cuda', got target={target!r}")
+    csr_format = isinstance(format, str) and format in ("csr", "auto")
+    if csr_format and params:
+        raise InputError(f"format {format!r} takes no parameters with device operands, got {', '.join(params)}")
+    if not csr_format and (op.name != "spmm" or is_device_sparse(A)):
+        raise InputError(
+            f"format {format!r} with device operands runs SpMM with a scipy A only: pass format='csr' (or "
+            "'auto'), or host (numpy/scipy) operands"
+        )
+    kind = _kind(A, dense, out)
+    vector = op.name == "spmm" and _ndim(dense[0]) == 1
+    if vector:
+        dense = (dense[0].reshape(-1, 1) if is_device_array(dense[0]) else np.asarray(dense[0]).reshape(-1, 1),)
+    if not csr_format:
+        return _spmm_parts(op, A, dense, format, schedule, out, params, kind, vector)
+    a = _DeviceCSR.of(A, kind)
+    dtype, operands, feat = dense_operands(
+        op.name, a.shape, a.dtype, dense, read=_read, fit=lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)
+    )
+    m, n = a.shape
+    values = a.values(dtype)
+    if op.name == "sddmm" and feat == 0:
+        return _finish_sddmm(a, a.zero_times(dtype), kind)
+    kernel = csr_kernel(op.name, "cuda", DTYPE_NAMES[a.idtype], DTYPE_NAMES[dtype], feat, schedule)
+    result = _result(op.name, kind, (m, feat) if op.name == "spmm" else (a.nnz,), dtype, out, vector)
+    args = {"a": values, **dict(zip(op.args, operands)), "c": result, "indptr": a.indptr, "indices": a.indices}
+    sizes = {"m": m, "n": n, "nnz": a.nnz, **({"feat": feat} if "feat" in kernel.parameters else {})}
+    kernel(**args, **sizes, check_structure=False)
+    if op.name == "sddmm":
+        return _finish_sddmm(a, result, kind)
+    if vector:
+        return out if out is not None else result.reshape(m)
+    return out if out is not None else result
+
+
+def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: bool):
+    """SpMM with A decomposed by a rule module (hyb, ell, bsr, ...; `ops/parts.py`), the dense
+    operands on the device: the conversion is cached per structure as on the host; the parts'
+    structure and values go to the device per call."""
+    module = parts.format_module(format)
+    csr = as_csr(A)
+    if not structure_checked(csr):
+        remember_structure(csr)
+    fit = lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)  # noqa: E731
+    dtype, (B,), feat = dense_operands(op.name, csr.shape, csr.dtype, dense, read=_read, fit=fit)
+    dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[csr.indices.dtype]
+    conversion = parts.converted(module, csr, params, dname, idtype)
+    if conversion.pads and not all_finite(B):
+        # A padded slot holds 0 and reads a real row of B: 0 * inf is NaN where A stores nothing.
+        return call(op, csr, (B,), "csr", "cuda", None, out, {})
+    kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
+    m, n = csr.shape
+    result = _result(op.name, kind, (m, feat), dtype, out, vector)
+    args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **conversion.structure}
+    args.update(conversion.values(csr.data, dtype))
+    parts.run_parts(kernel, conversion, args, {})
+    if vector:
+        return out if out is not None else result.reshape(m)
+    return out if out is not None else result
+
+
+def _kind(A, dense, out) -> str:
+    kinds = {kind_of(x) for x in (A, *dense, out) if x is not None} - {"numpy"}
+    return "cupy" if "cupy" in kinds else "numba"
+
+
+def _ndim(X) -> int:
+    return len(describe(X).shape) if is_device_array(X) else np.ndim(X)
+
+
+def structure_on_device(csr: scipy.sparse.csr_matrix, kind: str = "numba") -> tuple:
+    """Device copies of a checked scipy CSR's `indptr` and `indices`, made once per structure
+    (`DEVICE_STRUCTURES`); host operands on `target="cuda"` use them too (`operators._call`)."""
+    key = (csr.shape, kind)
+    arrays = DEVICE_STRUCTURES.get(csr.indptr, csr.indices, *key)
+    if arrays is None:
+        arrays = (to_device(csr.indptr, kind), to_device(csr.indices, kind))
+        DEVICE_STRUCTURES.put(csr.indptr, csr.indices, key, arrays)
+    return arrays
+
+
+class _DeviceCSR:
+    """A's structure on the device (checked once per structure) and where its values come from."""
+
+    def __init__(self, shape, indptr, indices, idtype, dtype, nnz, kind: str):
+        self.shape, self.indptr, self.indices = shape, indptr, indices
+        self.idtype, self.dtype, self.nnz, self.kind = idtype, dtype, nnz, kind
+        self.host_values = None  # a scipy A's values (to the device per call)
+        self.device_values = None  # a cupyx A's values
+
+    @classmethod
+    def of(cls, A, kind: str) -> _DeviceCSR:
+        if is_device_sparse(A):
+            return cls._of_cupyx(A)
+        if not scipy.sparse.issparse(A):
+            raise InputError(f"`A` must be a scipy or cupyx.scipy.sparse matrix, got {type(A).__name__}")
+        csr = as_csr(A)
+        if not structure_checked(csr):
+            remember_structure(csr)  # as_csr checked the raw arrays and made them canonical
+        self = cls(csr.shape, *structure_on_device(csr, kind), csr.indices.dtype, csr.dtype, csr.nnz, kind)
+        self.host_values = csr.data
+        return self
+
+    @classmethod
+    def _of_cupyx(cls, A) -> _DeviceCSR:
+        if A.format != "csr":
+            A = A.tocsr()
+        if not A.has_canonical_format:
+            A = A.copy()
+            A.sum_duplicates()  # sorts the indices of each row too
+        if STRUCTURES.get(A.indptr, A.indices, A.shape) is None:
+            # One host copy of the structure, the first time: the same checks as a scipy A.
+            host = scipy.sparse.csr_matrix(
+                (np.zeros(A.nnz, np.dtype(A.dtype)), A.indices.get(), A.indptr.get()), shape=A.shape
+            )
+            as_csr(host)
+            STRUCTURES.put(A.indptr, A.indices, (A.shape,), True)
+        check_kind(np.dtype(A.dtype), "`A`'s values")
+        self = cls(A.shape, A.indptr, A.indices, np.dtype(A.indices.dtype), np.dtype(A.dtype), A.nnz, "cupy")
+        self.device_values = A.data
+        return self
+
+    def values(self, dtype: np.dtype):
+        """A's values of `dtype` on the device (a host A's go there now: they may have changed)."""
+        if self.device_values is not None:
+            return self.device_values if self.device_values.dtype == dtype else self.device_values.astype(dtype)
+        return to_device(np.ascontiguousarray(self.host_values, dtype=dtype), self.kind)
+
+    def zero_times(self, dtype: np.dtype):
+        """SDDMM of width 0: A * 0 (NaN where A holds inf or NaN, as `A.multiply` gives)."""
+        if self.device_values is not None:
+            return self.values(dtype) * dtype.type(0)
+        return to_device(np.ascontiguousarray(self.host_values, dtype=dtype) * dtype.type(0), self.kind)
+
+
+def _read(X, name: str):
+    if not is_device_array(X):
+        return dense_operand(X, name)
+    info = describe(X)
+    check_kind(info.dtype, f"`{name}`")
+    if len(info.shape) != 2:
+        raise InputError(f"`{name}` must be a 2-D array, got shape {info.shape}")
+    return X
+
+
+def _fit(X, name: str, rows: int, dtype: np.dtype, kind: str):
+    if not is_device_array(X):
+        return to_device(check_dense(X, name, rows, dtype), kind)
+    info = describe(X)
+    if info.shape[0] != rows:
+        raise InputError(f"`{name}` must have {rows} rows, got {info.shape[0]}")
+    if info.dtype != dtype:
+        raise InputError(
+            f"`{name}` is a device array of {info.dtype} but the result is {dtype} (float32 only when A and every "
+            f"operand are float32); device arrays are not converted: pass `{name}` as {dtype}"
+        )
+    if not info.c_contiguous:
+        raise InputError(f"`{name}` must be a C-contiguous device array")
+    return X
+
+
+def _result(op: str, kind: str, shape: tuple, dtype: np.dtype, out, vector: bool):
+    if out is None:
+        return empty_like_kind(kind, shape, dtype)
+    if op != "spmm":
+        raise InputError("`out` is not taken by sddmm")
+    if not is_device_array(out):
+        raise InputError(f"`out` must be a device array when the operands are, got {type(out).__name__}")
+    info = describe(out)
+    want = (shape[0],) if vector else shape
+    if info.shape != want:
+        raise InputError(f"`out` must have shape {want}, got {info.shape}")
+    if info.dtype != dtype:
+        raise InputError(f"`out` must have dtype {dtype} (the result's), got {info.dtype}")
+    if not info.c_contiguous:
+        raise InputError("`out` must be a C-contiguous device array")
+    return out.reshape(shape) if vector else out
+
+
+def _finish_sddmm(a: _DeviceCSR, values, kind: str):
+    if kind != "cupy":
+        return values
+    import cupyx.scipy.sparse
+
+    # The result owns its structure, as scipy's `A.multiply` does (see `operators.with_values`).
+    return cupyx.scipy.sparse.csr_matrix((values, a.indices.copy(), a.indptr.copy()), shape=a.shape)

@@ -1,0 +1,19 @@
+"""A device kernel that marks whether an array holds an inf or a NaN (`device.all_finite`).
+
+A module of its own, imported only when a device array is checked: `from numba import cuda` at
+module level is what Numba's simulator swaps for its own module in a kernel's globals.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda
+
+
+@cuda.jit
+def mark_nonfinite(x, flag):
+    """`flag[0] = 1` where an entry of the 1-D array `x` is not finite (flag starts at 0)."""
+    i = cuda.grid(1)
+    if i < x.shape[0] and not math.isfinite(x[i]):
+        flag[0] = 1

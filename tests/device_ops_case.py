@@ -1,0 +1,195 @@
+"""`sp.ops` on `target="cuda"` with Numba device arrays, in Numba's CUDA simulator.
+
+`python device_ops_case.py OUT` (with NUMBA_ENABLE_CUDASIM=1; `cuda_support.simulated_run`) runs
+each check and writes OUT.json (check -> "ok" or the traceback) and OUT (.npz, unused). Host copies
+are counted by wrapping the simulator's `copy_to_host` and `cuda.to_device`: a call on device
+operands copies none of them to the host; a scipy A goes to the device as its structure once and
+its values per call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: the simulator, this checkout's package
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+import numpy as np
+import scipy.sparse
+from matrices import edge_matrices, make_csr
+
+import sparsetir_py as sp
+
+COUNTS = {"to_host": 0, "to_device": 0}
+# Set by `main` in the simulator (importing numba.cuda here would fix the mode of a test process).
+cuda = devicearray = _copy_to_host = _to_device = None
+
+
+def _counting_copy_to_host(self, *args, **kwargs):
+    COUNTS["to_host"] += 1
+    return _copy_to_host(self, *args, **kwargs)
+
+
+def _counting_to_device(*args, **kwargs):
+    COUNTS["to_device"] += 1
+    return _to_device(*args, **kwargs)
+
+
+def matrix(idtype="int32", dtype="float32") -> scipy.sparse.csr_matrix:
+    rng = np.random.default_rng(3)
+    mask = rng.random((7, 5)) < 0.4
+    mask[2, :] = False  # an empty row
+    return make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), idtype, dtype)
+
+
+def counted(fn):
+    COUNTS.update(to_host=0, to_device=0)
+    result = fn()
+    return result, dict(COUNTS)
+
+
+def host(x) -> np.ndarray:
+    return _copy_to_host(x)
+
+
+def check_spmm_device_in_device_out():
+    A = matrix()
+    B = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    B_dev = _to_device(B)
+    C, counts = counted(lambda: sp.ops.spmm(A, B_dev, target="cuda"))
+    assert isinstance(C, devicearray.FakeCUDAArray), type(C)
+    assert counts == {"to_host": 0, "to_device": 3}, counts  # indptr, indices (once), values
+    np.testing.assert_allclose(host(C), A @ B, rtol=1e-5, atol=1e-5)
+    # Again, with new values in B (on the device) and in A: seen; only A's values move.
+    B2 = B * 2 + 1
+    B_dev.copy_to_device(B2)
+    A.data *= -1
+    C, counts = counted(lambda: sp.ops.spmm(A, B_dev, target="cuda"))
+    assert counts == {"to_host": 0, "to_device": 1}, counts
+    np.testing.assert_allclose(host(C), A @ B2, rtol=1e-5, atol=1e-5)
+
+
+def check_spmm_out_and_vector():
+    A = matrix("int64", "float64")
+    B = np.random.default_rng(1).standard_normal((5, 3))
+    out = cuda.device_array((7, 3), np.float64)
+    got, counts = counted(lambda: sp.ops.spmm(A, _to_device(B), target="cuda", out=out))
+    assert got is out and counts["to_host"] == 0, counts
+    np.testing.assert_allclose(host(out), A @ B, rtol=1e-12)
+    x = np.arange(5, dtype=np.float64)
+    y, counts = counted(lambda: sp.ops.spmm(A, _to_device(x), target="cuda"))
+    assert host(y).shape == (7,) and counts["to_host"] == 0
+    np.testing.assert_allclose(host(y), A @ x, rtol=1e-12)
+
+
+def check_sddmm_device_values():
+    A = matrix()
+    rng = np.random.default_rng(2)
+    X, Y = rng.standard_normal((7, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    X_dev, Y_dev = _to_device(X), _to_device(Y)
+    values, counts = counted(lambda: sp.ops.sddmm(A, X_dev, Y_dev, target="cuda"))
+    assert isinstance(values, devicearray.FakeCUDAArray) and counts["to_host"] == 0, counts
+    np.testing.assert_allclose(host(values), A.multiply(X @ Y.T).tocsr().data, rtol=1e-5, atol=1e-5)
+
+
+def check_mixed_host_operand():
+    """A numpy X next to a device Y goes to the device; the result is a device array."""
+    A = matrix()
+    rng = np.random.default_rng(4)
+    X, Y = rng.standard_normal((7, 2)).astype(np.float32), rng.standard_normal((5, 2)).astype(np.float32)
+    values = sp.ops.sddmm(A, X, _to_device(Y), target="cuda")
+    np.testing.assert_allclose(host(values), A.multiply(X @ Y.T).tocsr().data, rtol=1e-5, atol=1e-5)
+
+
+def check_host_operands_keep_the_structure_on_the_device():
+    """numpy/scipy operands: after the first calls, only A's values, B and C move per call."""
+    A = matrix()
+    B = np.random.default_rng(5).standard_normal((5, 3)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(sp.ops.spmm(A, B, target="cuda"), A @ B, rtol=1e-5, atol=1e-5)
+    C, counts = counted(lambda: sp.ops.spmm(A, B, target="cuda"))
+    assert isinstance(C, np.ndarray) and counts == {"to_host": 1, "to_device": 3}, counts
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+def check_edge_matrices():
+    """Empty shapes, no nonzeros, zero widths (empty device arrays are contiguous)."""
+    for name, A in edge_matrices().items():
+        m, n = A.shape
+        for w in (0, 3):
+            B = np.random.default_rng(w).standard_normal((n, w)).astype(A.dtype)
+            X, Y = np.ones((m, w), A.dtype), np.full((n, w), 2, A.dtype)
+            C = host(sp.ops.spmm(A, _to_device(B), target="cuda"))
+            np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5, err_msg=f"{name} width {w}")
+            S = host(sp.ops.sddmm(A, _to_device(X), _to_device(Y), target="cuda"))
+            want = A.multiply(X @ Y.T).tocsr().data
+            np.testing.assert_allclose(S, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} width {w}")
+
+
+def check_formats_on_device_operands():
+    """hyb / ell / bsr SpMM with B on the device: C on the device, only the finiteness flag of B
+    comes back (the formats pad); an inf in B runs CSR's exact loop (NaN where scipy has NaN)."""
+    A = matrix()
+    B = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
+    for fmt, params in (("hyb", {"num_col_parts": 2, "buckets": [1, 2]}), ("ell", {}), ("bsr", {"block_size": 2})):
+        call = lambda fmt=fmt, params=params: sp.ops.spmm(A, _to_device(B), format=fmt, target="cuda", **params)  # noqa: E731
+        C, counts = counted(call)
+        assert isinstance(C, devicearray.FakeCUDAArray) and counts["to_host"] <= 1, (fmt, counts)
+        np.testing.assert_allclose(host(C), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
+    B[1, 0] = np.inf
+    C = host(sp.ops.spmm(A, _to_device(B), format="ell", target="cuda"))
+    np.testing.assert_array_equal(np.isnan(C), np.isnan(A @ B))
+
+
+def _raises(fn, pattern: str):
+    try:
+        fn()
+    except sp.InputError as e:
+        assert pattern in str(e), str(e)
+        return
+    raise AssertionError(f"no InputError ({pattern})")
+
+
+def check_errors():
+    A = matrix()
+    B32 = _to_device(np.zeros((5, 4), np.float32))
+    _raises(lambda: sp.ops.spmm(matrix("int32", "float64"), B32, target="cuda"), "pass `B` as float64")
+    _raises(lambda: sp.ops.spmm(A, _to_device(np.zeros((6, 4), np.float32)), target="cuda"), "must have 5 rows")
+    _raises(lambda: sp.ops.spmm(A, _to_device(np.zeros((5, 4), np.float32))), "device arrays run on target='cuda'")
+    B = _to_device(np.zeros((5, 4), np.float32))
+    X = _to_device(np.zeros((7, 4), np.float32))
+    _raises(lambda: sp.ops.sddmm(A, X, B, format="hyb", target="cuda"), "format 'hyb' with device operands runs SpMM")
+    bad = cuda.device_array((7, 3), np.float32)
+    _raises(lambda: sp.ops.spmm(A, B, target="cuda", out=bad), "`out` must have shape (7, 4)")
+
+
+CHECKS = {name[len("check_") :]: fn for name, fn in dict(globals()).items() if name.startswith("check_")}
+
+
+def main() -> None:
+    global cuda, devicearray, _copy_to_host, _to_device
+    from numba import cuda
+    from numba.cuda.simulator.cudadrv import devicearray
+
+    _copy_to_host, _to_device = devicearray.FakeCUDAArray.copy_to_host, cuda.to_device
+    out = Path(sys.argv[1])
+    devicearray.FakeCUDAArray.copy_to_host = _counting_copy_to_host
+    cuda.to_device = _counting_to_device
+    results = {}
+    for name, fn in CHECKS.items():
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    np.savez(out)
+
+
+if __name__ == "__main__":
+    main()
