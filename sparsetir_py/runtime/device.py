@@ -57,15 +57,19 @@ class ArrayInfo:
     c_contiguous: bool
 
 
-def describe(value: Any) -> ArrayInfo:
-    """The shape, dtype and C-contiguity of a device array, without touching its data."""
+def layout(value: Any) -> tuple[np.dtype, tuple[int, ...], tuple[int, ...] | None]:
+    """(dtype, shape, strides in bytes, None where C-contiguous) of a device array, from its
+    `__cuda_array_interface__` (or its attributes), without touching its data."""
     interface = getattr(value, "__cuda_array_interface__", None)
     if interface is not None:
-        dtype = np.dtype(interface["typestr"])
-        shape = tuple(int(s) for s in interface["shape"])
         strides = interface.get("strides")
-    else:
-        dtype, shape, strides = np.dtype(value.dtype), tuple(int(s) for s in value.shape), value.strides
+        return np.dtype(interface["typestr"]), tuple(int(s) for s in interface["shape"]), strides
+    return np.dtype(value.dtype), tuple(int(s) for s in value.shape), value.strides
+
+
+def describe(value: Any) -> ArrayInfo:
+    """The shape, dtype and C-contiguity of a device array, without touching its data."""
+    dtype, shape, strides = layout(value)
     return ArrayInfo(shape, dtype, strides is None or _c_contiguous(shape, tuple(strides), dtype.itemsize))
 
 

@@ -33,6 +33,7 @@ from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
+from .device import layout
 from .resources import check_launch
 
 
@@ -445,13 +446,7 @@ def _copy_to_host(value: Any) -> np.ndarray:
 def _stand_in(value: Any) -> np.ndarray:
     """A host array with a device array's dtype, shape and strides but no data, for the checks
     that only look at metadata (shape, dtype, contiguity). It must never be read."""
-    interface = getattr(value, "__cuda_array_interface__", None)
-    if interface is not None:
-        dtype = np.dtype(interface["typestr"])
-        shape = tuple(int(s) for s in interface["shape"])
-        strides = interface.get("strides")
-    else:
-        dtype, shape, strides = np.dtype(value.dtype), tuple(int(s) for s in value.shape), value.strides
+    dtype, shape, strides = layout(value)
     if strides is None:  # C-contiguous
         strides, step = [], dtype.itemsize
         for extent in reversed(shape):
