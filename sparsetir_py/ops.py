@@ -855,3 +855,4 @@ def _with_values(csr, values: np.ndarray):
     result.indices = csr.indices.copy()
     result.indptr = csr.indptr.copy()
     return result
+from sparsetir_py.coiteration.operators import add, multiply, spgemm  # noqa: E402,F401

@@ -1,0 +1,48 @@
+"""Schedules of the co-iterating operators (`sp.ops.spgemm`, `sp.ops.add`, `sp.ops.multiply`).
+
+Every kernel of `sparsetir_py.coiteration` has one outer block `<kernel>0` under a loop over
+row chunks (`part`): chunk `part` holds rows `bounds[part]..bounds[part + 1]`, chosen by the
+operator so that the chunks carry equal work (multiply-adds of the symbolic pass for SpGEMM,
+merged entries for the element-wise operators), with its workspace allocated inside the chunk.
+A schedule decides how chunks map to threads; `parts_per_thread` (an attribute of the schedule)
+how many chunks the operator makes per thread.
+"""
+
+from __future__ import annotations
+
+from sparsetir_py.schedule import Schedule
+
+
+def _chunk_loop(sch: Schedule):
+    func = next(iter(sch.mod.functions.values()))
+    return sch.get_loops(sch.get_block(f"{func.name}0"))[0]
+
+
+def cpu_chunks(sch: Schedule) -> None:
+    """Chunks of rows in parallel over CPU threads (`prange`, static: each thread gets the same
+    number of chunks, and chunks are of equal work). Each chunk's rows are written by the thread
+    that runs it: no atomics. Two chunks per thread balance what the work estimate misses
+    (cache misses on wide rows) without allocating many workspaces."""
+    sch.parallel(_chunk_loop(sch))
+
+
+cpu_chunks.parts_per_thread = 2
+
+
+def cpu_serial(sch: Schedule) -> None:
+    """One chunk, one thread: the reference the parallel schedules are timed against."""
+
+
+cpu_serial.parts_per_thread = 0  # 0: one chunk whatever the threads
+
+
+def cuda_chunks(sch: Schedule) -> None:
+    """One chunk of rows per thread block (`blockIdx.x`), its workspace in the block's local
+    memory: the CUDA schedule, tested under Numba's simulator."""
+    sch.bind(_chunk_loop(sch), "blockIdx.x")
+
+
+cuda_chunks.parts_per_thread = 1
+
+SCHEDULES = {"cpu_chunks": cpu_chunks, "cpu_serial": cpu_serial, "cuda_chunks": cuda_chunks}
+DEFAULT = {"cpu": cpu_chunks, "cuda": cuda_chunks}
