@@ -227,6 +227,8 @@ class Renderer:
     target: ClassVar[str] = "base"
     OPTIONS: ClassVar[dict[str, Any]] = {}
     IMPORTS: ClassVar[dict[str, str]] = IMPORTS
+    # Nested helper functions the source defines where it calls them; a target may replace one.
+    HELPER_SOURCES: ClassVar[dict[str, str]] = HELPER_SOURCES
 
     EXPR_RULES: ClassVar[dict[type, str]] = {
         IntImm: "expr_int",
@@ -334,7 +336,7 @@ class Renderer:
         out.line(f"def {name}({', '.join(p.name for p in params)}):")
         with out.indent():
             for helper in sorted(self.helpers):
-                for line in HELPER_SOURCES[helper].splitlines():
+                for line in self.HELPER_SOURCES[helper].splitlines():
                     out.line(line)
                 out.lines.append("")
         out.lines.extend(self.body.lines)

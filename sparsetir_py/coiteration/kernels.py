@@ -18,7 +18,8 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   `j` was seen in row `i`).
 * `spgemm_numeric_script()`: the numeric pass: a dense accumulator with a touched-columns list,
   which is the row of `c_indices` itself; the row is sorted (`T.sort_range`) and its values
-  gathered from the accumulator.
+  gathered from the accumulator, or, where that is cheaper (`SORT_COST`), read off the
+  workspace in column order between the row's least and greatest column.
 * `spgemm_masked_script()`: only the coordinates a mask stores: the mask's row is loaded into
   the workspace first, products outside it are skipped, and the row's hits are written in the
   mask's (sorted) order into a buffer bounded by the mask's row, compacted afterwards.
@@ -192,7 +193,11 @@ def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_
                 with T.block("spgemm_numeric1"):
                     vi = T.axis.spatial(m, Bounds[vp] + r)
                     top = T.alloc_buffer((1,), "IDX", scope="local")
+                    lo = T.alloc_buffer((1,), "IDX", scope="local")
+                    hi = T.alloc_buffer((1,), "IDX", scope="local")
                     top[0] = C_indptr[vi]
+                    lo[0] = T.IDX(n)
+                    hi[0] = T.IDX(0)
                     for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
                         kk: T.IDX = A_indices[A_indptr[vi] + p]
                         a: T.VAL = A_data[A_indptr[vi] + p]
@@ -203,11 +208,22 @@ def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_
                                 acc[j] = a * B_data[B_indptr[kk] + q]
                                 C_indices[top[0]] = j
                                 top[0] = top[0] + T.IDX(1)
+                                lo[0] = T.min(lo[0], j)
+                                hi[0] = T.max(hi[0], j + T.IDX(1))
                             else:
                                 acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
-                    T.sort_range(C_indices, C_indptr[vi], C_indptr[vi + 1])
-                    for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
-                        C_data[C_indptr[vi] + t] = acc[C_indices[C_indptr[vi] + t]]
+                    count: T.float64 = T.float64(C_indptr[vi + 1] - C_indptr[vi])
+                    if count * T.log2(count + T.float64(1)) * T.float64(SORT_COST) > T.float64(hi[0] - lo[0]):
+                        top[0] = C_indptr[vi]
+                        for j in T.serial(hi[0] - lo[0]):
+                            if mark[lo[0] + j] == vi + 1:
+                                C_indices[top[0]] = lo[0] + j
+                                C_data[top[0]] = acc[lo[0] + j]
+                                top[0] = top[0] + T.IDX(1)
+                    else:
+                        T.sort_range(C_indices, C_indptr[vi], C_indptr[vi + 1])
+                        for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
+                            C_data[C_indptr[vi] + t] = acc[C_indices[C_indptr[vi] + t]]
 """
 
 SPGEMM_MASKED = """
@@ -265,8 +281,14 @@ def spgemm_count_script(idtype: str = "int32", dtype: str = "float32") -> str:
     return _HEADER + _typed(SPGEMM_COUNT, idtype, dtype)
 
 
+#: A row of the numeric pass whose `c` columns span `w` columns is read off the workspace in
+#: column order (a scan of `w` marks) where that costs less than sorting them: `w < SORT_COST *
+#: c * log2(c + 1)` (a scan step is a load and a well-predicted compare; a sort step several).
+SORT_COST = 4
+
+
 def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32") -> str:
-    return _HEADER + _typed(SPGEMM_NUMERIC, idtype, dtype)
+    return _HEADER + _typed(SPGEMM_NUMERIC, idtype, dtype).replace("SORT_COST", str(SORT_COST))
 
 
 def spgemm_masked_script(idtype: str = "int32", dtype: str = "float32") -> str:

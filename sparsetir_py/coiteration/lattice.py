@@ -102,8 +102,13 @@ def render(tree: tuple, env: dict[str, str] | None = None) -> str:
         return repr(tree[1])
     if kind == "neg":
         return f"-{_atom(tree[1], env)}"
-    left = _atom(tree[1], env) if kind == "*" or tree[1][0] not in "+-" else render(tree[1], env)
-    return f"{left} {kind} {_atom(tree[2], env) if kind != '+' else render(tree[2], env)}"
+    # Parentheses where Python would group otherwise, and around a right operand of the same
+    # precedence, so that the evaluation order is the tree's.
+    left, right = tree[1], tree[2]
+    left_text = _atom(left, env) if kind == "*" and left[0] in ("+", "-") else render(left, env)
+    grouped = right[0] in ("+", "-") or (kind == "*" and right[0] == "*")
+    right_text = _atom(right, env) if grouped else render(right, env)
+    return f"{left_text} {kind} {right_text}"
 
 
 def _atom(tree: tuple, env: dict[str, str]) -> str:
@@ -132,8 +137,9 @@ class Lattice:
 
     @property
     def kind(self) -> str:
-        """"intersection" when only the top point remains (every operand must be stored), else "union"."""
-        return "intersection" if len(self.points) == 1 and len(self.points[0].operands) == len(self.operands) else "union"
+        """ "intersection" when only the top point remains (every operand must be stored), else "union"."""
+        top_only = len(self.points) == 1 and len(self.points[0].operands) == len(self.operands)
+        return "intersection" if top_only else "union"
 
     def point(self, stored: set[str]) -> LatticePoint | None:
         return next((p for p in self.points if p.operands == frozenset(stored)), None)

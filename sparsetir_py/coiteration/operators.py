@@ -9,7 +9,7 @@ Operands are scipy sparse matrices of any format and index/value dtype, checked 
 checks A (`sp.InputError` for a broken structure, a shape mismatch or non-numeric values); they
 are made canonical CSR (sorted, duplicates summed) before the kernels see them. The result is a
 canonical CSR matrix (sorted indices, no duplicates) that owns its arrays, of the operands' index
-dtype (int64 if either is, or if the result's nnz needs it) and value dtype (float32 when every
+dtype as `sp.ops` reads them (int64 if either is, or if the result's nnz needs it) and value dtype (float32 when every
 operand is float32, else float64); a `csr_array` when `A` is a sparse array.
 
 The output's structure is assembled by the kernels (symbolic pass, prefix sum, numeric pass;
@@ -164,7 +164,12 @@ def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
     parts = max(1, min(parts, m))
     cumulative = weight_prefix.astype(np.int64) + np.arange(m + 1, dtype=np.int64)
     goals = cumulative[-1] * np.arange(parts + 1, dtype=np.int64) // parts
-    bounds = np.searchsorted(cumulative, goals, side="left").astype(np.int32)
+    # The row boundary nearest to each goal, so that a heavy row across a goal ends its chunk
+    # or starts the next instead of dragging its neighbours along.
+    after = np.minimum(np.searchsorted(cumulative, goals, side="left"), m)
+    before = np.maximum(after - 1, 0)
+    nearer = goals - cumulative[before] < cumulative[after] - goals
+    bounds = np.maximum.accumulate(np.where(nearer, before, after)).astype(np.int32)
     bounds[0], bounds[-1] = 0, m
     return bounds
 
@@ -214,11 +219,9 @@ def spgemm(
     m, k = A.shape
     n = shape[1]
     # The symbolic pass's work: a row of A costs the lengths of the rows of B it selects.
-    b_lengths = np.diff(B.indptr).astype(np.int64)
-    flops = np.zeros(m + 1, np.int64)
-    np.cumsum(np.add.reduceat(b_lengths[A.indices], A.indptr[:-1]) * (np.diff(A.indptr) > 0), out=flops[1:]) if (
-        A.nnz and m
-    ) else None
+    selected = np.zeros(A.nnz + 1, np.int64)
+    np.cumsum(np.diff(B.indptr)[A.indices], out=selected[1:])
+    flops = selected[A.indptr]  # the prefix sum of each row's work
     thread_args = _threads(threads, target, int(flops[-1]))
     bounds = chunk_bounds(flops, _parts(schedule, thread_args))
     parts = len(bounds) - 1
