@@ -43,8 +43,18 @@ from .base import BLOCK_TAGS, HELPER_SOURCES, THREAD_TAGS, Intrin, Renderer
 # Numba's CPU arrays sort in place (introsort): faster than the plain-loop heap sort CUDA needs.
 CPU_SORT_RANGE_SOURCE = """\
 def sort_range(buf, lo, hi):
-    # Sorts buf[lo:hi] in place, ascending, and returns hi.
-    buf[lo:hi].sort()
+    # Sorts buf[lo:hi] in place, ascending, and returns hi: insertion sort for a short range (a
+    # view and numpy's sort cost about a microsecond a call), numpy's otherwise.
+    if hi - lo > 32:
+        buf[lo:hi].sort()
+        return hi
+    for t in range(lo + 1, hi):
+        v = buf[t]
+        u = t - 1
+        while u >= lo and buf[u] > v:
+            buf[u + 1] = buf[u]
+            u -= 1
+        buf[u + 1] = v
     return hi
 """
 

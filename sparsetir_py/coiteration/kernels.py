@@ -15,7 +15,7 @@ once per chunk, so no two threads share one and no row waits on an atomic.
 * `compact_script()`: copies each row's written entries to the canonical `indptr` positions.
 * `spgemm_count_script()`: the symbolic pass of Gustavson's SpGEMM: per row, the number of
   distinct columns of `A[i, :] @ B`, with a dense workspace of marks (`mark[j] == i + 1`: column
-  `j` was seen in row `i`).
+  `j` was seen in row `i`), and the row's work (multiply-adds), which balances the numeric pass.
 * `spgemm_numeric_script()`: the numeric pass: a dense accumulator with a touched-columns list,
   which is the row of `c_indices` itself; the row is sorted (`T.sort_range`) and its values
   gathered from the accumulator, or, where that is cheaper (`SORT_COST`), read off the
@@ -139,14 +139,15 @@ def compact_script(idtype: str = "int32", dtype: str = "float32") -> str:
 SPGEMM_COUNT = """
 @T.prim_func
 def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_indices: T.handle,
-                 c_count: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32, parts: T.int32,
-                 nnz_a: T.IDX, nnz_b: T.IDX):
+                 c_count: T.handle, c_work: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
+                 parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX):
     T.func_attr({"stage": 2})
     A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
     A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
     B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
     B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
     C_count = T.match_buffer(c_count, (m,), "IDX")
+    C_work = T.match_buffer(c_work, (m,), "int64")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
     for part in T.serial(parts):
         with T.block("spgemm_count0"):
@@ -156,15 +157,19 @@ def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_
                 with T.block("spgemm_count1"):
                     vi = T.axis.spatial(m, Bounds[vp] + r)
                     count = T.alloc_buffer((1,), "IDX", scope="local")
+                    work = T.alloc_buffer((1,), "int64", scope="local")
                     count[0] = T.IDX(0)
+                    work[0] = T.int64(0)
                     for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
                         kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
                         for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
                             j: T.IDX = B_indices[B_indptr[kk] + q]
                             if mark[j] != vi + 1:
                                 mark[j] = vi + 1
                                 count[0] = count[0] + T.IDX(1)
                     C_count[vi] = count[0]
+                    C_work[vi] = work[0]
 """
 
 SPGEMM_NUMERIC = """

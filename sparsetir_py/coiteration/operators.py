@@ -26,6 +26,7 @@ A mask's structure selects coordinates, its values are not read (a stored 0 stil
 from __future__ import annotations
 
 import numbers
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ import scipy.sparse
 
 from ..driver import compile as compile_pipeline
 from ..errors import InputError
-from ..inputs import canonical, check_matrix, native
+from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
 from ..runtime.kernel import Kernel
 from ..script import from_script
 from . import kernels
@@ -107,11 +108,47 @@ def resolve_schedule(target: str, schedule) -> Callable:
 
 
 # ------------------------------------------------------------------ operands
+@dataclass(frozen=True)
+class StructureKey:
+    """A CSR structure that passed the checks, by the identity of its arrays (held weakly)."""
+
+    indptr: int
+    indices: int
+    shape: tuple[int, int]
+
+
+_CANONICAL: dict[StructureKey, tuple] = {}
+
+
 def operand(A, name: str) -> scipy.sparse.csr_matrix:
-    """`A` as a checked canonical CSR matrix (native index and value dtypes)."""
+    """`A` as a checked canonical CSR matrix (native index and value dtypes).
+
+    A CSR matrix that already is one is remembered by the identity of its `indptr`/`indices`
+    (as `sp.ops` remembers checked structures): a later call with the same arrays checks its
+    values only (O(1)), not its O(nnz) structure. Changing the arrays in place afterwards is not
+    detected."""
     if not scipy.sparse.issparse(A):
         raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
-    return canonical(native(check_matrix(A, name)))
+    if A.format == "csr" and isinstance(getattr(A, "indptr", None), np.ndarray):
+        key = StructureKey(id(A.indptr), id(A.indices), A.shape)
+        entry = _CANONICAL.get(key)
+        if entry is not None and entry[0]() is A.indptr and entry[1]() is A.indices:
+            check_values(A.data, len(A.indices), name)
+            if A.data.dtype in VALUE_DTYPES and A.data.flags.c_contiguous:
+                return A
+    C = canonical(native(check_matrix(A, name)))
+    if C is A:
+        _remember(key, A)
+    return C
+
+
+def _remember(key: StructureKey, A) -> None:
+    def forget(_ref, key=key):
+        entry = _CANONICAL.get(key)
+        if entry is not None and (entry[0]() is None or entry[1]() is None):
+            del _CANONICAL[key]
+
+    _CANONICAL[key] = (weakref.ref(A.indptr, forget), weakref.ref(A.indices, forget))
 
 
 def _common(mats: list, wide: bool = False) -> tuple[list, np.dtype, np.dtype]:
@@ -218,15 +255,13 @@ def spgemm(
     A, B = mats[:2]
     m, k = A.shape
     n = shape[1]
-    # The symbolic pass's work: a row of A costs the lengths of the rows of B it selects.
-    selected = np.zeros(A.nnz + 1, np.int64)
-    np.cumsum(np.diff(B.indptr)[A.indices], out=selected[1:])
-    flops = selected[A.indptr]  # the prefix sum of each row's work
-    thread_args = _threads(threads, target, int(flops[-1]))
-    bounds = chunk_bounds(flops, _parts(schedule, thread_args))
-    parts = len(bounds) - 1
+    # The symbolic pass is balanced by A's nonzeros; it measures each row's work (the lengths of
+    # the rows of B it selects), which balances the numeric pass.
+    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    parts = _parts(schedule, thread_args)
+    bounds = chunk_bounds(A.indptr if mask is None else _work(A, B), parts)
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
-    sizes = {"m": m, "k": k, "n": n, "parts": parts, "nnz_a": A.nnz, "nnz_b": B.nnz}
+    sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz}
     operands = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "b_indices": B.indices}
     values = {"a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False)}
     if mask is not None:
@@ -238,8 +273,15 @@ def spgemm(
             c_indices=t_indices, c_count=counts, bounds=bounds, check_structure=False, **thread_args,
         )  # fmt: skip
         return _compacted(t_data, t_indices, M.indptr, counts, shape, cls, names, bounds, thread_args)
-    counts = np.empty(m, idtype)
-    kernel("count", **names)(**operands, **sizes, c_count=counts, bounds=bounds, check_structure=False, **thread_args)
+    counts, work = np.empty(m, idtype), np.empty(m, np.int64)
+    kernel("count", **names)(
+        **operands, **sizes, c_count=counts, c_work=work, bounds=bounds, check_structure=False, **thread_args
+    )
+    work = _prefix(work)
+    if threads is None:
+        thread_args = _threads(None, target, int(work[-1]))
+    bounds = chunk_bounds(work, parts)
+    sizes["parts"] = len(bounds) - 1
     indptr = _prefix(counts)
     if indptr[-1] > _INT32_MAX and idtype == np.int32:
         # The result needs 64-bit positions: the same product with int64 structure arrays.
@@ -253,6 +295,14 @@ def spgemm(
         check_structure=False, **thread_args,
     )  # fmt: skip
     return _csr((data, indices, indptr), shape, cls)
+
+
+def _work(A, B) -> np.ndarray:
+    """The prefix sum of each row's multiply-adds in `A @ B` (the lengths of the rows of B that
+    the row of A selects): what balances a masked product, which has no symbolic pass."""
+    selected = np.zeros(A.nnz + 1, np.int64)
+    np.cumsum(np.diff(B.indptr)[A.indices], out=selected[1:])
+    return selected[A.indptr]
 
 
 def _prefix(counts: np.ndarray) -> np.ndarray:

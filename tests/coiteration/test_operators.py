@@ -303,7 +303,8 @@ def test_kernels_match_the_interpreter():
     sizes = {"m": 5, "k": 6, "n": 4, "parts": 2, "nnz_a": A.nnz, "nnz_b": B.nnz}
     C = spgemm(A, B)
     cases = [
-        ("count", {**struct, **sizes, "c_count": np.zeros(5, np.int32), "bounds": bounds}),
+        ("count", {**struct, **sizes, "c_count": np.zeros(5, np.int32), "c_work": np.zeros(5, np.int64),
+                   "bounds": bounds}),
         ("numeric", {**struct, **sizes, "a_data": A.data, "b_data": B.data, "c_data": np.zeros(C.nnz),
                      "c_indptr": C.indptr, "c_indices": np.zeros(C.nnz, np.int32), "nnz_c": C.nnz, "bounds": bounds}),
         ("add", {"a_data": A.data, "a_indptr": A.indptr, "a_indices": A.indices, "b_data": E.data,
@@ -322,3 +323,6 @@ def test_kernels_match_the_interpreter():
             if isinstance(value, np.ndarray):
                 np.testing.assert_allclose(compiled[key], value, rtol=1e-12, err_msg=f"{name}: {key}")
     np.testing.assert_array_equal(cases[1][1]["c_indptr"], C.indptr)
+    count = cases[0][1]
+    sp.interpret(from_script(operators._script("count", "int32", "float64")), **count)
+    np.testing.assert_array_equal(count["c_work"], np.diff(operators._work(A, B)))
