@@ -4,8 +4,10 @@ Every kernel of `sparsetir_py.coiteration` has one outer block `<kernel>0` under
 row chunks (`part`): chunk `part` holds rows `bounds[part]..bounds[part + 1]`, chosen by the
 operator so that the chunks carry equal work (multiply-adds of the symbolic pass for SpGEMM,
 merged entries for the element-wise operators), with its workspace allocated inside the chunk.
-A schedule decides how chunks map to threads; `parts_per_thread` (an attribute of the schedule)
-how many chunks the operator makes per thread.
+A schedule decides how chunks map to threads; its attributes tell the operator how many chunks
+to make (`parts_per_thread` per CPU thread, or `rows_per_part` rows each) and where SpGEMM's
+workspaces live (`workspace`: "local", allocated per chunk, or "global", slices of arrays the
+operator passes).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ cpu_serial.parts_per_thread = 0  # 0: one chunk whatever the threads
 
 
 def cuda_chunks(sch: Schedule) -> None:
-    """One chunk of rows per thread block (`blockIdx.x`), its workspace in the block's local
-    memory: the CUDA schedule, tested under Numba's simulator."""
+    """One chunk of `rows_per_part` rows per thread block (`blockIdx.x`), its SpGEMM workspace a
+    slice of global memory the operator passes (a block cannot allocate an array of a run-time
+    size): the CUDA schedule, tested under Numba's simulator."""
     sch.bind(_chunk_loop(sch), "blockIdx.x")
 
 
-cuda_chunks.parts_per_thread = 1
+cuda_chunks.rows_per_part = 4
+cuda_chunks.workspace = "global"
 
 SCHEDULES = {"cpu_chunks": cpu_chunks, "cpu_serial": cpu_serial, "cuda_chunks": cuda_chunks}
 DEFAULT = {"cpu": cpu_chunks, "cuda": cuda_chunks}

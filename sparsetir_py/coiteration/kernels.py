@@ -139,8 +139,8 @@ def compact_script(idtype: str = "int32", dtype: str = "float32") -> str:
 SPGEMM_COUNT = """
 @T.prim_func
 def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_indices: T.handle,
-                 c_count: T.handle, c_work: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
-                 parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX):
+                 c_count: T.handle, c_work: T.handle, WORKSPACE_PARAMS bounds: T.handle, m: T.int32,
+                 k: T.int32, n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX):
     T.func_attr({"stage": 2})
     A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
     A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
@@ -149,10 +149,10 @@ def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_
     C_count = T.match_buffer(c_count, (m,), "IDX")
     C_work = T.match_buffer(c_work, (m,), "int64")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
-    for part in T.serial(parts):
+WORKSPACE_BUFFERS    for part in T.serial(parts):
         with T.block("spgemm_count0"):
             vp = T.axis.spatial(parts, part)
-            mark = T.alloc_buffer((n,), "int32", scope="local")
+MARK_ALLOC
             for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
                 with T.block("spgemm_count1"):
                     vi = T.axis.spatial(m, Bounds[vp] + r)
@@ -176,8 +176,8 @@ SPGEMM_NUMERIC = """
 @T.prim_func
 def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
                    b_indptr: T.handle, b_indices: T.handle, c_data: T.handle, c_indptr: T.handle,
-                   c_indices: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32, parts: T.int32,
-                   nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX):
+                   c_indices: T.handle, WORKSPACE_PARAMS bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
+                   parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX):
     T.func_attr({"stage": 2})
     A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
     A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
@@ -189,11 +189,11 @@ def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_
     C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
     C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
-    for part in T.serial(parts):
+WORKSPACE_BUFFERS    for part in T.serial(parts):
         with T.block("spgemm_numeric0"):
             vp = T.axis.spatial(parts, part)
-            mark = T.alloc_buffer((n,), "int32", scope="local")
-            acc = T.alloc_buffer((n,), "VAL", scope="local")
+MARK_ALLOC
+ACC_ALLOC
             for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
                 with T.block("spgemm_numeric1"):
                     vi = T.axis.spatial(m, Bounds[vp] + r)
@@ -235,8 +235,8 @@ SPGEMM_MASKED = """
 @T.prim_func
 def spgemm_masked(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
                   b_indptr: T.handle, b_indices: T.handle, m_indptr: T.handle, m_indices: T.handle,
-                  c_data: T.handle, c_indices: T.handle, c_count: T.handle, bounds: T.handle, m: T.int32,
-                  k: T.int32, n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_m: T.IDX):
+                  c_data: T.handle, c_indices: T.handle, c_count: T.handle, WORKSPACE_PARAMS bounds: T.handle,
+                  m: T.int32, k: T.int32, n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_m: T.IDX):
     T.func_attr({"stage": 2})
     A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
     A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
@@ -250,11 +250,11 @@ def spgemm_masked(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_d
     C_indices = T.match_buffer(c_indices, (nnz_m,), "IDX")
     C_count = T.match_buffer(c_count, (m,), "IDX")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
-    for part in T.serial(parts):
+WORKSPACE_BUFFERS    for part in T.serial(parts):
         with T.block("spgemm_masked0"):
             vp = T.axis.spatial(parts, part)
-            mark = T.alloc_buffer((n,), "int32", scope="local")
-            acc = T.alloc_buffer((n,), "VAL", scope="local")
+MARK_ALLOC
+ACC_ALLOC
             for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
                 with T.block("spgemm_masked1"):
                     vi = T.axis.spatial(m, Bounds[vp] + r)
@@ -282,8 +282,53 @@ def spgemm_masked(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_d
 """
 
 
-def spgemm_count_script(idtype: str = "int32", dtype: str = "float32") -> str:
-    return _HEADER + _typed(SPGEMM_COUNT, idtype, dtype)
+#: Where a chunk's workspace lives: "local", allocated inside the chunk (CPU: a numpy array per
+#: chunk), or "global", a slice `[part * n, (part + 1) * n)` of zeroed arrays the caller passes
+#: (`mark_ws`, `acc_ws`), since a CUDA block cannot allocate an array of a run-time size.
+WORKSPACES = ("local", "global")
+
+
+def _with_workspace(source: str, workspace: str, accumulate: bool) -> str:
+    if workspace not in WORKSPACES:
+        raise ValueError(f"workspace must be one of {WORKSPACES}, got {workspace!r}")
+    names = [("mark", "Mark", "int32", "mark_ws")] + ([("acc", "Acc", "VAL", "acc_ws")] if accumulate else [])
+    if workspace == "local":
+        source = source.replace("WORKSPACE_PARAMS ", "").replace("WORKSPACE_BUFFERS", "")
+        for name, _, dtype, _ in names:
+            alloc = f'            {name} = T.alloc_buffer((n,), "{dtype}", scope="local")'
+            source = source.replace(f"{name.upper()}_ALLOC", alloc)
+        return source.replace("ACC_ALLOC\n", "")
+    params = " ".join(f"{param}: T.handle," for _, _, _, param in names) + " "
+    size = "T.int64(parts) * T.int64(n)"
+    buffers = "".join(f'    {big} = T.match_buffer({param}, ({size},), "{dtype}")\n' for _, big, dtype, param in names)
+    source = source.replace("WORKSPACE_PARAMS ", params).replace("WORKSPACE_BUFFERS", buffers)
+    source = source.replace("MARK_ALLOC\n", "").replace("ACC_ALLOC\n", "")
+    for name, big, _, _ in names:
+        source = _redirect(source, name, big)
+    return source
+
+
+def _redirect(source: str, name: str, big: str) -> str:
+    """Every `name[x]` becomes `big[vp * n + x]`, in int64 (brackets matched, so `x` may index too)."""
+    out, i, key = [], 0, f"{name}["
+    while True:
+        j = source.find(key, i)
+        if j < 0:
+            return "".join(out) + source[i:]
+        if j > 0 and (source[j - 1].isalnum() or source[j - 1] == "_"):
+            out.append(source[i : j + len(key)])
+            i = j + len(key)
+            continue
+        depth, k = 1, j + len(key)
+        while depth:
+            depth += {"[": 1, "]": -1}.get(source[k], 0)
+            k += 1
+        out.append(source[i:j] + f"{big}[T.int64(vp) * T.int64(n) + T.int64({source[j + len(key) : k - 1]})]")
+        i = k
+
+
+def spgemm_count_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    return _HEADER + _typed(_with_workspace(SPGEMM_COUNT, workspace, False), idtype, dtype)
 
 
 #: A row of the numeric pass whose `c` columns span `w` columns is read off the workspace in
@@ -292,9 +337,10 @@ def spgemm_count_script(idtype: str = "int32", dtype: str = "float32") -> str:
 SORT_COST = 4
 
 
-def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32") -> str:
-    return _HEADER + _typed(SPGEMM_NUMERIC, idtype, dtype).replace("SORT_COST", str(SORT_COST))
+def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    source = _with_workspace(SPGEMM_NUMERIC, workspace, True)
+    return _HEADER + _typed(source, idtype, dtype).replace("SORT_COST", str(SORT_COST))
 
 
-def spgemm_masked_script(idtype: str = "int32", dtype: str = "float32") -> str:
-    return _HEADER + _typed(SPGEMM_MASKED, idtype, dtype)
+def spgemm_masked_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    return _HEADER + _typed(_with_workspace(SPGEMM_MASKED, workspace, True), idtype, dtype)

@@ -61,13 +61,13 @@ class KernelKey:
 _KERNELS: dict[KernelKey, Kernel] = {}
 
 
-def _script(name: str, idtype: str, dtype: str) -> str:
+def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str:
     if name == "count":
-        return kernels.spgemm_count_script(idtype, dtype)
+        return kernels.spgemm_count_script(idtype, dtype, workspace)
     if name == "numeric":
-        return kernels.spgemm_numeric_script(idtype, dtype)
+        return kernels.spgemm_numeric_script(idtype, dtype, workspace)
     if name == "masked":
-        return kernels.spgemm_masked_script(idtype, dtype)
+        return kernels.spgemm_masked_script(idtype, dtype, workspace)
     if name == "compact":
         return kernels.compact_script(idtype, dtype)
     expression, scalars = EWISE[name]
@@ -85,9 +85,27 @@ def kernel(name: str, idtype: str, dtype: str, target: str = "cpu", schedule=Non
     key = KernelKey(name, idtype, dtype, target, schedule)
     found = _KERNELS.get(key)
     if found is None:
-        mod = from_script(_script(name, idtype, dtype))
+        mod = from_script(_script(name, idtype, dtype, workspace_of(schedule)))
         found = _KERNELS[key] = compile_pipeline(mod, target, schedule=schedule)
     return found
+
+
+def workspace_of(schedule) -> str:
+    """Where the schedule keeps SpGEMM's workspaces (`schedule.workspace`, `kernels.WORKSPACES`)."""
+    workspace = getattr(schedule, "workspace", "local")
+    if workspace not in kernels.WORKSPACES:
+        raise InputError(f"schedule `workspace` must be one of {kernels.WORKSPACES}, got {workspace!r}")
+    return workspace
+
+
+def _workspaces(schedule, parts: int, n: int, dtype, accumulate: bool) -> dict:
+    """The zeroed workspace arrays a kernel with global workspaces takes (none for local ones)."""
+    if workspace_of(schedule) == "local":
+        return {}
+    out = {"mark_ws": np.zeros(parts * n, np.int32)}
+    if accumulate:
+        out["acc_ws"] = np.zeros(parts * n, dtype)
+    return out
 
 
 def resolve_schedule(target: str, schedule) -> Callable:
@@ -211,9 +229,14 @@ def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
     return bounds
 
 
-def _parts(schedule, thread_args: dict) -> int:
+def _parts(schedule, thread_args: dict, m: int) -> int:
+    """How many chunks of rows: `schedule.rows_per_part` rows each (a CUDA block's), else
+    `schedule.parts_per_thread` per thread (0: one chunk)."""
     import numba
 
+    rows = getattr(schedule, "rows_per_part", None)
+    if rows is not None:
+        return max(1, -(-m // rows))
     per_thread = getattr(schedule, "parts_per_thread", 1)
     if per_thread == 0:
         return 1
@@ -258,7 +281,7 @@ def spgemm(
     # The symbolic pass is balanced by A's nonzeros; it measures each row's work (the lengths of
     # the rows of B it selects), which balances the numeric pass.
     thread_args = _threads(threads, target, A.nnz + B.nnz)
-    parts = _parts(schedule, thread_args)
+    parts = _parts(schedule, thread_args, m)
     bounds = chunk_bounds(A.indptr if mask is None else _work(A, B), parts)
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz}
@@ -271,12 +294,14 @@ def spgemm(
         kernel("masked", **names)(
             **operands, **values, **sizes, m_indptr=M.indptr, m_indices=M.indices, nnz_m=M.nnz, c_data=t_data,
             c_indices=t_indices, c_count=counts, bounds=bounds, check_structure=False, **thread_args,
+            **_workspaces(schedule, sizes["parts"], n, dtype, True),
         )  # fmt: skip
         return _compacted(t_data, t_indices, M.indptr, counts, shape, cls, names, bounds, thread_args)
     counts, work = np.empty(m, idtype), np.empty(m, np.int64)
     kernel("count", **names)(
-        **operands, **sizes, c_count=counts, c_work=work, bounds=bounds, check_structure=False, **thread_args
-    )
+        **operands, **sizes, c_count=counts, c_work=work, bounds=bounds, check_structure=False, **thread_args,
+        **_workspaces(schedule, sizes["parts"], n, dtype, False),
+    )  # fmt: skip
     work = _prefix(work)
     if threads is None:
         thread_args = _threads(None, target, int(work[-1]))
@@ -292,7 +317,7 @@ def spgemm(
     data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
     kernel("numeric", **names)(
         **operands, **values, **sizes, c_data=data, c_indptr=indptr, c_indices=indices, nnz_c=nnz, bounds=bounds,
-        check_structure=False, **thread_args,
+        check_structure=False, **thread_args, **_workspaces(schedule, sizes["parts"], n, dtype, True),
     )  # fmt: skip
     return _csr((data, indices, indptr), shape, cls)
 
@@ -384,7 +409,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     start = start.astype(idtype)
     thread_args = _threads(threads, target, A.nnz + B.nnz)
     work = A.indptr.astype(np.int64) + B.indptr
-    bounds = chunk_bounds(work, _parts(schedule, thread_args))
+    bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
     t_data, t_indices, counts = np.empty(room, dtype), np.empty(room, idtype), np.empty(m, idtype)
