@@ -229,9 +229,14 @@ def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
     return bounds
 
 
-def _parts(schedule, thread_args: dict, m: int) -> int:
+#: At most this many bytes of dense workspaces (one per chunk) for one call: past it, fewer chunks.
+WORKSPACE_BYTES = 1 << 28
+
+
+def _parts(schedule, thread_args: dict, m: int, n: int = 0) -> int:
     """How many chunks of rows: `schedule.rows_per_part` rows each (a CUDA block's), else
-    `schedule.parts_per_thread` per thread (0: one chunk)."""
+    `schedule.parts_per_thread` per thread (0: one chunk), no more than one per thread where more
+    would allocate over WORKSPACE_BYTES of workspaces (12 bytes per column and chunk)."""
     import numba
 
     rows = getattr(schedule, "rows_per_part", None)
@@ -240,8 +245,8 @@ def _parts(schedule, thread_args: dict, m: int) -> int:
     per_thread = getattr(schedule, "parts_per_thread", 1)
     if per_thread == 0:
         return 1
-    threads = thread_args.get("threads", numba.get_num_threads())
-    return max(1, per_thread * min(threads, numba.get_num_threads()))
+    threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
+    return max(1, threads, min(per_thread * threads, WORKSPACE_BYTES // max(1, 12 * n)))
 
 
 # ------------------------------------------------------------------ SpGEMM
@@ -281,7 +286,7 @@ def spgemm(
     # The symbolic pass is balanced by A's nonzeros; it measures each row's work (the lengths of
     # the rows of B it selects), which balances the numeric pass.
     thread_args = _threads(threads, target, A.nnz + B.nnz)
-    parts = _parts(schedule, thread_args, m)
+    parts = _parts(schedule, thread_args, m, n)
     bounds = chunk_bounds(A.indptr if mask is None else _work(A, B), parts)
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz}

@@ -255,6 +255,19 @@ def test_chunk_bounds_balance_work():
     assert list(operators.chunk_bounds(np.zeros(1, np.int64), 4)) == [0, 0]
 
 
+def test_reexported_by_sp_ops():
+    assert (sp.ops.spgemm, sp.ops.add, sp.ops.multiply) == (spgemm, add, multiply)
+
+
+def test_new_values_same_structure():
+    """A structure remembered from an earlier call still reads the matrix's current values."""
+    A = load_matrix("karate").copy()
+    check_spgemm(A, A)
+    A.data = A.data * 3
+    check_spgemm(A, A)
+    check_add(A, A, 1.0, 0.5)
+
+
 def test_sparse_array_in_array_out():
     A = scipy.sparse.csr_array(load_matrix("karate"))
     for C in (spgemm(A, A), add(A, A), multiply(A, A)):
