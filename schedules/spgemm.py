@@ -6,8 +6,8 @@ operator so that the chunks carry equal work (multiply-adds of the symbolic pass
 merged entries for the element-wise operators), with its workspace allocated inside the chunk.
 A schedule decides how chunks map to threads; its attributes tell the operator how many chunks
 to make (`parts_per_thread` per CPU thread, or `rows_per_part` rows each) and where SpGEMM's
-workspaces live (`workspace`: "local", allocated per chunk, or "global", slices of arrays the
-operator passes).
+workspaces live (`workspace`: "local", dense and allocated per chunk; "hash", hash tables per
+chunk; or "global", slices of arrays the operator passes).
 """
 
 from __future__ import annotations
@@ -31,6 +31,17 @@ def cpu_chunks(sch: Schedule) -> None:
 cpu_chunks.parts_per_thread = 2
 
 
+def cpu_hash(sch: Schedule) -> None:
+    """As `cpu_chunks`, with each chunk's SpGEMM workspace a hash table sized by the widest row
+    (`workspace="hash"`) instead of dense arrays of `n` columns: for very wide matrices, where
+    the operator also picks it by default."""
+    cpu_chunks(sch)
+
+
+cpu_hash.parts_per_thread = 2
+cpu_hash.workspace = "hash"
+
+
 def cpu_serial(sch: Schedule) -> None:
     """One chunk, one thread: the reference the parallel schedules are timed against."""
 
@@ -48,5 +59,5 @@ def cuda_chunks(sch: Schedule) -> None:
 cuda_chunks.rows_per_part = 4
 cuda_chunks.workspace = "global"
 
-SCHEDULES = {"cpu_chunks": cpu_chunks, "cpu_serial": cpu_serial, "cuda_chunks": cuda_chunks}
+SCHEDULES = {"cpu_chunks": cpu_chunks, "cpu_hash": cpu_hash, "cpu_serial": cpu_serial, "cuda_chunks": cuda_chunks}
 DEFAULT = {"cpu": cpu_chunks, "cuda": cuda_chunks}

@@ -20,6 +20,10 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   which is the row of `c_indices` itself; the row is sorted (`T.sort_range`) and its values
   gathered from the accumulator, or, where that is cheaper (`SORT_COST`), read off the
   workspace in column order between the row's least and greatest column.
+* with `workspace="hash"`, the count and numeric passes keep each chunk's workspace in a hash
+  table (linear probing, Fibonacci hashing) of `hsize` slots, a power of two at least twice the
+  widest row, with the row's used slots listed so that clearing costs the row's size: for very
+  wide matrices, where a dense workspace of `n` columns per chunk is too large.
 * `spgemm_masked_script()`: only the coordinates a mask stores: the mask's row is loaded into
   the workspace first, products outside it are skipped, and the row's hits are written in the
   mask's (sorted) order into a buffer bounded by the mask's row, compacted afterwards.
@@ -282,10 +286,114 @@ ACC_ALLOC
 """
 
 
+SPGEMM_COUNT_HASH = """
+@T.prim_func
+def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_indices: T.handle,
+                 c_count: T.handle, c_work: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
+                 parts: T.int32, hsize: T.int64, nnz_a: T.IDX, nnz_b: T.IDX):
+    T.func_attr({"stage": 2})
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    C_count = T.match_buffer(c_count, (m,), "IDX")
+    C_work = T.match_buffer(c_work, (m,), "int64")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        with T.block("spgemm_count0"):
+            vp = T.axis.spatial(parts, part)
+            keys = T.alloc_buffer((hsize,), "int32", scope="local")
+            used = T.alloc_buffer((hsize,), "int64", scope="local")
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_count1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    count = T.alloc_buffer((1,), "IDX", scope="local")
+                    work = T.alloc_buffer((1,), "int64", scope="local")
+                    h = T.alloc_buffer((1,), "int64", scope="local")
+                    count[0] = T.IDX(0)
+                    work[0] = T.int64(0)
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            h[0] = T.int64(j) * T.int64(HASH_MULTIPLIER) % hsize
+                            while keys[h[0]] != 0 and keys[h[0]] != T.int32(j) + 1:
+                                h[0] = (h[0] + T.int64(1)) % hsize
+                            if keys[h[0]] == 0:
+                                keys[h[0]] = T.int32(j) + 1
+                                used[count[0]] = h[0]
+                                count[0] = count[0] + T.IDX(1)
+                    for t in T.serial(count[0]):
+                        keys[used[t]] = 0
+                    C_count[vi] = count[0]
+                    C_work[vi] = work[0]
+"""
+
+SPGEMM_NUMERIC_HASH = """
+@T.prim_func
+def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
+                   b_indptr: T.handle, b_indices: T.handle, c_data: T.handle, c_indptr: T.handle,
+                   c_indices: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32, parts: T.int32,
+                   hsize: T.int64, nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX):
+    T.func_attr({"stage": 2})
+    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
+    C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
+    C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        with T.block("spgemm_numeric0"):
+            vp = T.axis.spatial(parts, part)
+            keys = T.alloc_buffer((hsize,), "int32", scope="local")
+            vals = T.alloc_buffer((hsize,), "VAL", scope="local")
+            used = T.alloc_buffer((hsize,), "int64", scope="local")
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_numeric1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    top = T.alloc_buffer((1,), "IDX", scope="local")
+                    h = T.alloc_buffer((1,), "int64", scope="local")
+                    top[0] = C_indptr[vi]
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        a: T.VAL = A_data[A_indptr[vi] + p]
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            h[0] = T.int64(j) * T.int64(HASH_MULTIPLIER) % hsize
+                            while keys[h[0]] != 0 and keys[h[0]] != T.int32(j) + 1:
+                                h[0] = (h[0] + T.int64(1)) % hsize
+                            if keys[h[0]] == 0:
+                                keys[h[0]] = T.int32(j) + 1
+                                vals[h[0]] = a * B_data[B_indptr[kk] + q]
+                                used[top[0] - C_indptr[vi]] = h[0]
+                                C_indices[top[0]] = j
+                                top[0] = top[0] + T.IDX(1)
+                            else:
+                                vals[h[0]] = vals[h[0]] + a * B_data[B_indptr[kk] + q]
+                    T.sort_range(C_indices, C_indptr[vi], C_indptr[vi + 1])
+                    for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
+                        jt: T.IDX = C_indices[C_indptr[vi] + t]
+                        h[0] = T.int64(jt) * T.int64(HASH_MULTIPLIER) % hsize
+                        while keys[h[0]] != T.int32(jt) + 1:
+                            h[0] = (h[0] + T.int64(1)) % hsize
+                        C_data[C_indptr[vi] + t] = vals[h[0]]
+                    for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
+                        keys[used[t]] = 0
+"""
+
+#: Fibonacci hashing's multiplier (2^32 / golden ratio): consecutive columns land far apart.
+HASH_MULTIPLIER = 2654435761
+
+
 #: Where a chunk's workspace lives: "local", allocated inside the chunk (CPU: a numpy array per
 #: chunk), or "global", a slice `[part * n, (part + 1) * n)` of zeroed arrays the caller passes
 #: (`mark_ws`, `acc_ws`), since a CUDA block cannot allocate an array of a run-time size.
-WORKSPACES = ("local", "global")
+WORKSPACES = ("local", "global", "hash")
 
 
 def _with_workspace(source: str, workspace: str, accumulate: bool) -> str:
@@ -328,6 +436,8 @@ def _redirect(source: str, name: str, big: str) -> str:
 
 
 def spgemm_count_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    if workspace == "hash":
+        return _HEADER + _typed(SPGEMM_COUNT_HASH, idtype, dtype).replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
     return _HEADER + _typed(_with_workspace(SPGEMM_COUNT, workspace, False), idtype, dtype)
 
 
@@ -338,9 +448,14 @@ SORT_COST = 4
 
 
 def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    if workspace == "hash":
+        return _HEADER + _typed(SPGEMM_NUMERIC_HASH, idtype, dtype).replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
     source = _with_workspace(SPGEMM_NUMERIC, workspace, True)
     return _HEADER + _typed(source, idtype, dtype).replace("SORT_COST", str(SORT_COST))
 
 
 def spgemm_masked_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    # The mask bounds the row: a masked product keeps a dense workspace also where the schedule
+    # asks for hashing (`hash` applies to the count and numeric passes).
+    workspace = "local" if workspace == "hash" else workspace
     return _HEADER + _typed(_with_workspace(SPGEMM_MASKED, workspace, True), idtype, dtype)

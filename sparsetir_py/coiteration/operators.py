@@ -100,7 +100,7 @@ def workspace_of(schedule) -> str:
 
 def _workspaces(schedule, parts: int, n: int, dtype, accumulate: bool) -> dict:
     """The zeroed workspace arrays a kernel with global workspaces takes (none for local ones)."""
-    if workspace_of(schedule) == "local":
+    if workspace_of(schedule) != "global":
         return {}
     out = {"mark_ws": np.zeros(parts * n, np.int32)}
     if accumulate:
@@ -267,7 +267,7 @@ def spgemm(
     >>> int(spgemm(A, A, mask=A).sum()) // 6   # triangles of the karate club
     45
     """
-    schedule = resolve_schedule(target, schedule)
+    chosen, schedule = schedule, resolve_schedule(target, schedule)
     cls = _result_class(A)
     A, B = operand(A, "A"), operand(B, "B")
     if A.shape[1] != B.shape[0]:
@@ -283,12 +283,20 @@ def spgemm(
     A, B = mats[:2]
     m, k = A.shape
     n = shape[1]
+    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     # The symbolic pass is balanced by A's nonzeros; it measures each row's work (the lengths of
     # the rows of B it selects), which balances the numeric pass.
     thread_args = _threads(threads, target, A.nnz + B.nnz)
+    if chosen is None and target == "cpu" and 12 * n > WORKSPACE_BYTES:
+        # Rows so wide that one dense workspace per thread would not fit the budget: hash tables
+        # sized by the widest row of the result instead.
+        from schedules import spgemm as shipped
+
+        schedule = names["schedule"] = shipped.cpu_hash
     parts = _parts(schedule, thread_args, m, n)
-    bounds = chunk_bounds(A.indptr if mask is None else _work(A, B), parts)
-    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    hashed = mask is None and workspace_of(schedule) == "hash"
+    work = _work(A, B) if mask is not None or hashed else None
+    bounds = chunk_bounds(A.indptr if work is None else work, parts)
     sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz}
     operands = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "b_indices": B.indices}
     values = {"a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False)}
@@ -302,10 +310,13 @@ def spgemm(
             **_workspaces(schedule, sizes["parts"], n, dtype, True),
         )  # fmt: skip
         return _compacted(t_data, t_indices, M.indptr, counts, shape, cls, names, bounds, thread_args)
-    counts, work = np.empty(m, idtype), np.empty(m, np.int64)
+    counts = np.empty(m, idtype)
+    # A hash table twice the widest row: at most the row's multiply-adds, at most n.
+    hsize = {"hsize": _table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
+    work = np.empty(m, np.int64)
     kernel("count", **names)(
         **operands, **sizes, c_count=counts, c_work=work, bounds=bounds, check_structure=False, **thread_args,
-        **_workspaces(schedule, sizes["parts"], n, dtype, False),
+        **_workspaces(schedule, sizes["parts"], n, dtype, False), **hsize,
     )  # fmt: skip
     work = _prefix(work)
     if threads is None:
@@ -323,8 +334,15 @@ def spgemm(
     kernel("numeric", **names)(
         **operands, **values, **sizes, c_data=data, c_indptr=indptr, c_indices=indices, nnz_c=nnz, bounds=bounds,
         check_structure=False, **thread_args, **_workspaces(schedule, sizes["parts"], n, dtype, True),
+        **({"hsize": _table_size(int(counts.max(initial=0)))} if hashed else {}),
     )  # fmt: skip
     return _csr((data, indices, indptr), shape, cls)
+
+
+def _table_size(widest: int) -> int:
+    """Slots of a hash workspace for rows of at most `widest` entries: a power of two, at least
+    twice that (linear probing stays short at half load)."""
+    return 1 << max(1, (2 * widest - 1).bit_length())
 
 
 def _work(A, B) -> np.ndarray:

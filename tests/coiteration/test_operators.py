@@ -127,6 +127,7 @@ def test_edge_matrices(name):
     check_spgemm(A, At)
     check_spgemm(At, A)
     check_spgemm(A, random_like(A, 1, shape=(A.shape[1], 3)))
+    check_spgemm(A, At, schedule="cpu_hash")
     other = random_like(A, 2)
     check_add(A, other)
     check_add(A, A, 2.0, -2.0)  # every entry cancels, and is kept
@@ -237,12 +238,66 @@ def test_triangle_count_matches_trace():
 
 
 # ------------------------------------------------------------------ threads, schedules, sizes
-@pytest.mark.parametrize("schedule", ["cpu_chunks", "cpu_serial"])
+@pytest.mark.parametrize("schedule", ["cpu_chunks", "cpu_hash", "cpu_serial"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_schedules_and_threads(schedule, threads):
     A = load_matrix("email-Eu-core")
     check_spgemm(A, A, schedule=schedule, threads=threads)
     check_add(A, A.T, schedule=schedule, threads=threads)
+
+
+def test_wide_matrices_hash_by_default(monkeypatch):
+    """Where dense workspaces would pass the memory budget, the default schedule hashes."""
+    A = load_matrix("email-Eu-core")
+    monkeypatch.setattr(operators, "WORKSPACE_BYTES", 12 * A.shape[1] - 1)
+    seen = []
+    kernel = operators.kernel
+    monkeypatch.setattr(operators, "kernel", lambda *a, **k: seen.append(k["schedule"]) or kernel(*a, **k))
+    check_spgemm(A, A)
+    assert {s.__name__ for s in seen} == {"cpu_hash"}
+
+
+def test_hash_kernels_match_the_interpreter():
+    from sparsetir_py.script import from_script
+
+    rng = np.random.default_rng(12)
+    A = make_csr(rng.random((6, 5)) < 0.5, rng.uniform(-1, 1, 30), "int64", "float32")
+    B = make_csr(rng.random((5, 7)) < 0.5, rng.uniform(-1, 1, 35), "int64", "float32")
+    C = spgemm(A, B, schedule="cpu_hash")
+    bounds = operators.chunk_bounds(np.arange(7), 2)
+    common = {
+        "a_indptr": A.indptr,
+        "a_indices": A.indices,
+        "b_indptr": B.indptr,
+        "b_indices": B.indices,
+        "m": 6,
+        "k": 5,
+        "n": 7,
+        "parts": 2,
+        "nnz_a": A.nnz,
+        "nnz_b": B.nnz,
+        "bounds": bounds,
+        "hsize": 16,
+    }
+    cases = [
+        ("count", {"c_count": np.zeros(6, np.int64), "c_work": np.zeros(6, np.int64)}),
+        ("numeric", {"a_data": A.data, "b_data": B.data, "c_data": np.zeros(C.nnz, np.float32),
+                     "c_indptr": C.indptr, "c_indices": np.zeros(C.nnz, np.int64), "nnz_c": C.nnz}),
+    ]  # fmt: skip
+    results = {}
+    for name, outputs in cases:
+        func = from_script(operators._script(name, "int64", "float32", "hash"))
+        interpreted = {**common, **{k: v.copy() if isinstance(v, np.ndarray) else v for k, v in outputs.items()}}
+        sp.interpret(func, **interpreted)
+        compiled = {**common, **{k: v.copy() if isinstance(v, np.ndarray) else v for k, v in outputs.items()}}
+        operators.kernel(name, "int64", "float32", schedule="cpu_hash")(**compiled)
+        for key in outputs:
+            if isinstance(outputs[key], np.ndarray):
+                np.testing.assert_allclose(compiled[key], interpreted[key], rtol=1e-6, err_msg=f"{name}: {key}")
+        results[name] = interpreted
+    np.testing.assert_array_equal(results["count"]["c_count"], np.diff(C.indptr))
+    np.testing.assert_array_equal(results["numeric"]["c_indices"], C.indices)
+    np.testing.assert_allclose(results["numeric"]["c_data"], C.data, rtol=1e-6)
 
 
 def test_chunk_bounds_balance_work():
