@@ -9,7 +9,7 @@ multiply-adds), and a schedule makes the chunk loop parallel. A chunk's workspac
 once per chunk, so no two threads share one and no row waits on an atomic.
 
 * `merge_script(expr)`: the element-wise co-iteration of two CSR operands, generated from the
-  expression's iteration lattice (`lattice.py`): a two-pointer merge per row that writes the
+  expression's iteration lattice (`sparsetir_py.arith.lattice`): a two-pointer merge per row that writes the
   visited points' coordinates and values into a bounded buffer (`c_start[i]` is where row `i`
   may start writing, `c_count[i]` receives how many it wrote).
 * `compact_script()`: copies each row's written entries to the canonical `indptr` positions.
@@ -31,7 +31,7 @@ once per chunk, so no two threads share one and no row waits on an atomic.
 
 from __future__ import annotations
 
-from .lattice import Lattice, render
+from ..arith.lattice import Lattice, render
 
 _HEADER = "from sparsetir_py import script as T\n\n"
 

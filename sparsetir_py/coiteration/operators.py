@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
+from ..arith.lattice import lattice
 from ..driver import compile as compile_pipeline
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
 from ..runtime.kernel import Kernel
 from ..script import from_script
 from . import kernels
-from .lattice import lattice
 
 #: Below this much work (multiply-adds or merged entries) a call runs on one thread: waking
 #: Numba's thread pool costs more than it saves.

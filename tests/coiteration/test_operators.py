@@ -21,7 +21,6 @@ from strategies import csr_matrices, edge_matrices, make_csr
 
 import sparsetir_py as sp
 from sparsetir_py.coiteration import operators
-from sparsetir_py.coiteration.lattice import lattice
 from sparsetir_py.coiteration.operators import add, multiply, spgemm
 from sparsetir_py.data import load_matrix
 
@@ -93,25 +92,6 @@ def random_like(A, seed: int, density: float = 0.4, shape=None):
     shape = A.shape if shape is None else shape
     mask = rng.random(shape) < density
     return make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), A.indices.dtype.name, A.dtype.name)
-
-
-# ------------------------------------------------------------------ lattices
-def test_lattice_points():
-    """`*` co-iterates the intersection, `+` and `-` the union, with absent operands folded to 0."""
-    mul = lattice("A * B")
-    assert mul.kind == "intersection" and [sorted(p.operands) for p in mul.points] == [["A", "B"]]
-    union = lattice("alpha * A - B")
-    assert union.kind == "union"
-    assert [str(p) for p in union.points] == ["{A, B}: alpha * A - B", "{A}: alpha * A", "{B}: -B"]
-    three = lattice("(A + B) * C", ("A", "B", "C"))
-    assert [sorted(p.operands) for p in three.points] == [["A", "B", "C"], ["A", "C"], ["B", "C"]]
-
-
-def test_lattice_rejects_bad_expressions():
-    with pytest.raises(sp.LoweringError, match="unsupported construct"):
-        lattice("A / B")
-    with pytest.raises(sp.LoweringError, match="reads none"):
-        lattice("alpha * 2")
 
 
 # ------------------------------------------------------------------ edge matrices

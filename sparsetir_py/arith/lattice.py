@@ -16,10 +16,11 @@ default value 0. A point whose expression is 0 is dropped: the loop never visits
     union
 
 Intersection (`*`) keeps the top point only; union (`+`, `-`) keeps every point whose
-expression does not vanish. The merge loop that `merge_source` writes visits the points of a
-two-operand lattice with two pointers over sorted coordinates: while both rows have entries, the
-smaller coordinate decides the point (both, A only, B only); after one row ends, the other's
-tail is the single-operand point, when the lattice has it.
+expression does not vanish. The merge loops built from a two-operand lattice (by
+`transform/coiterate.py` in `lower_sparse_iter`, and by `sparsetir_py.coiteration.kernels` for the
+element-wise operators) visit its points with two pointers over sorted coordinates: while both
+rows have entries, the smaller coordinate decides the point (both, A only, B only); after one row
+ends, the other's tail is the single-operand point, when the lattice has it.
 """
 
 from __future__ import annotations
