@@ -9,8 +9,10 @@ Operands are scipy sparse matrices of any format and index/value dtype, checked 
 checks A (`sp.InputError` for a broken structure, a shape mismatch or non-numeric values); they
 are made canonical CSR (sorted, duplicates summed) before the kernels see them. The result is a
 canonical CSR matrix (sorted indices, no duplicates) that owns its arrays, of the operands' index
-dtype as `sp.ops` reads them (int64 if either is, or if the result's nnz needs it) and value dtype (float32 when every
-operand is float32, else float64); a `csr_array` when `A` is a sparse array.
+dtype as `sp.ops` reads them (int64 if either is, or if the result's nnz needs it) and value
+dtype (float32 when every operand is float32, else float64); a `csr_array` when `A` is a sparse
+array. `target="cuda"` runs the same kernels with the CUDA schedule (a chunk of rows per block;
+tested under Numba's simulator).
 
 The output's structure is assembled by the kernels (symbolic pass, prefix sum, numeric pass;
 see `kernels.py`) and is *structural*: every coordinate the co-iteration visits is stored, also
@@ -20,7 +22,9 @@ to exactly 0 (`A @ B`, `A + B`, `A.multiply(B)`): `C.eliminate_zeros()` gives sc
 A mask's structure selects coordinates, its values are not read (a stored 0 still selects).
 
 `threads=` caps the Numba threads of a call (by default small calls run on one thread);
-`schedule=` names a schedule of `schedules/spgemm.py` or passes one.
+`schedule=` names a schedule of `schedules/spgemm.py` or passes one: `cpu_chunks` (the default:
+dense workspaces), `cpu_hash` (hash workspaces, the default where dense ones would pass
+`WORKSPACE_BYTES`), `cpu_serial`, `cuda_chunks`.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ from . import kernels
 #: Numba's thread pool costs more than it saves.
 PARALLEL_GRAIN = 1 << 15
 _INT32_MAX = int(np.iinfo(np.int32).max)
+#: The masked kernel marks columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
+_MASKED_ROWS = (_INT32_MAX - 3) // 2
 
 
 @dataclass(frozen=True)
@@ -278,6 +284,8 @@ def spgemm(
         mask = operand(mask, "mask")
         if mask.shape != shape:
             raise InputError(f"`mask` must have the result's shape {shape}, got {mask.shape}")
+        if shape[0] > _MASKED_ROWS:
+            raise InputError(f"`mask`: a masked product takes at most {_MASKED_ROWS} rows, got {shape[0]}")
         mats.append(mask)
     mats, idtype, dtype = _common(mats)
     A, B = mats[:2]
