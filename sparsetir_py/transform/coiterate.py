@@ -11,22 +11,23 @@ two-pointer merge over the sorted coordinates of the two rows. Which coordinates
 comes from the iteration lattice of the update's expression (`sparsetir_py.arith.lattice`,
 TACO's lattices): its intersection for `A * B`, the union for `A + B` with each single-operand
 point computing the expression simplified with the absent operand as 0. A coordinate outside the
-lattice adds 0 to the reduction, so skipping it changes nothing (as in TACO, `0 * inf` there is
-taken as 0, where the dense semantics of the interpreter give NaN).
+lattice adds 0 to the reduction, so skipping it changes nothing for finite values; as in TACO,
+`0 * inf` there counts as 0, where the dense semantics of the interpreter give NaN (a non-finite
+value of one operand where the other stores nothing, under `*`, or a non-finite scalar).
 
 What it takes (`match`; anything else keeps the search lowering): the iteration's last iterator
 is a reduction over a dense-fixed axis and the others are spatial; the body is one update
 `X[e] = X[e] + E` with `e` free of that iterator; `E` is made of `+`, `-`, `*`, constants and
-loads, and reads the iterator only as the last coordinate of exactly two sparse buffers whose
-last axes are different sorted compressed levels (`sparse_variable`), indexed before it by the
-iterators of their parent axes, in order.
+loads, and reads the iterator only as the last coordinate of exactly two sparse buffers (default
+value 0) whose last axes are different sorted compressed levels (`sparse_variable`), indexed
+before it by the iterators of their parent axes, in order; and `E` is 0 where neither is stored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..arith.lattice import Lattice, lattice, render, simplify_absent
+from ..arith.lattice import ZERO, Lattice, lattice, render, simplify_absent
 from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED, SPARSE_VARIABLE, Axis
 from ..ir.buffer import FlatBuffer, SparseBuffer
@@ -72,6 +73,10 @@ def match(it: SparseIteration) -> CoIteration | None:
     axes = [op.buffer.axes[-1] for op in operands]
     if axes[0] is axes[1] or axes[0].parent is not axes[1].parent:
         return None
+    if any(op.buffer.default_value != 0 for op in operands):
+        return None  # an unstored coordinate reads a nonzero: the lattice's reasoning does not hold
+    if simplify_absent(tree, {"A", "B"}) != ZERO:
+        return None  # nonzero where neither is stored (`A * B + 1`): every coordinate counts
     return CoIteration(it, store, tuple(operands), tree, leaves, lattice_of(tree))
 
 

@@ -150,10 +150,17 @@ def test_parallel_rows_schedule():
 
 def test_other_shapes_keep_the_search():
     """An unsorted level is searched (a merge needs sorted coordinates); a quotient is not a lattice
-    expression; one sparse operand has nothing to co-iterate with."""
+    expression; one sparse operand has nothing to co-iterate with; an expression nonzero where
+    neither operand is stored counts at every coordinate."""
     assert not merged(sp.lower_sparse_iter(script("A[i, j] * B[i, j]", sorted_a=False)))
     assert not merged(sp.lower_sparse_iter(script("A[i, j] / (B[i, j] + 1.0)")))
     assert not merged(sp.lower_sparse_iter(script("A[i, j] * 3.0")))
+    plus_one = script("A[i, j] * B[i, j] + 1.0")  # every j adds 1: nothing to skip
+    assert not merged(sp.lower_sparse_iter(plus_one))
+    A = make_csr(np.eye(3, dtype=bool), np.ones(3), "int32", "float64")
+    c = np.zeros(3)
+    sp.compile(plus_one)(c=c, **arguments(A, A))
+    np.testing.assert_allclose(c, [4.0, 4.0, 4.0])
     A = make_csr(np.eye(4, dtype=bool), np.arange(1.0, 5.0), "int32", "float64")
     B = make_csr(np.ones((4, 4), bool), np.arange(16.0), "int32", "float64")
     c = np.zeros(4)
