@@ -15,8 +15,14 @@ lattice adds 0 to the reduction, so skipping it changes nothing for finite value
 `0 * inf` there counts as 0, where the dense semantics of the interpreter give NaN (a non-finite
 value of one operand where the other stores nothing, under `*`, or a non-finite scalar).
 
+The same holds where the iterator walks one operand's own level (`[I, JA]`, A over `(I, JA)`):
+every stored A is visited as before, and B is found by a second pointer that only moves forward
+instead of a binary search per entry; there the expression is evaluated as written, B reading its
+default where it stores nothing, so the result is the dense semantics exactly.
+
 What it takes (`match`; anything else keeps the search lowering): the iteration's last iterator
-is a reduction over a dense-fixed axis and the others are spatial; the body is one update
+is a reduction over a dense-fixed axis (or over A's sorted compressed level) and the others are
+spatial; the body is one update
 `X[e] = X[e] + E` with `e` free of that iterator; `E` is made of `+`, `-`, `*`, constants and
 loads, and reads the iterator only as the last coordinate of exactly two sparse buffers (default
 value 0) whose last axes are different sorted compressed levels (`sparse_variable`), indexed
@@ -31,7 +37,7 @@ from ..arith.lattice import ZERO, Lattice, lattice, render, simplify_absent
 from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED, SPARSE_VARIABLE, Axis
 from ..ir.buffer import FlatBuffer, SparseBuffer
-from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Var, const
+from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Select, Var, const
 from ..ir.stmt import BufferStore, IfThenElse, SparseIteration, Stmt, While, seq
 from ..ir.visit import walk
 
@@ -48,11 +54,16 @@ class CoIteration:
     tree: tuple  # the update's expression, operands named "A" and "B", other leaves "s<k>"
     leaves: dict[str, PrimExpr]
     lattice: Lattice
+    own: bool = False  # the iterator walks A's own level (every stored A), not a dense axis
 
 
 def match(it: SparseIteration) -> CoIteration | None:
     """The co-iteration `it` lowers to, or None when it does not have the shape above."""
-    if len(it.axes) < 2 or not isinstance(it.axes[-1], Axis) or it.axes[-1].kind != DENSE_FIXED:
+    if len(it.axes) < 2 or not isinstance(it.axes[-1], Axis):
+        return None
+    last = it.axes[-1]
+    own = last.kind == SPARSE_VARIABLE and last.sorted
+    if last.kind != DENSE_FIXED and not own:
         return None
     if it.kinds != "S" * (len(it.axes) - 1) + "R" or not isinstance(it.body, BufferStore):
         return None
@@ -70,14 +81,31 @@ def match(it: SparseIteration) -> CoIteration | None:
     tree = _tree(increment, j, it, operands, leaves)
     if tree is None or len(operands) != 2:
         return None
+    if own:
+        # The iteration walks one operand's own level (A's); B is found by the merge's second
+        # pointer instead of a search per coordinate.
+        if operands[1].buffer.axes[-1] is last:
+            operands.reverse()
+            tree = _swap(tree)
+        if operands[0].buffer.axes[-1] is not last:
+            return None
     axes = [op.buffer.axes[-1] for op in operands]
     if axes[0] is axes[1] or axes[0].parent is not axes[1].parent:
         return None
-    if any(op.buffer.default_value != 0 for op in operands):
+    if not own and any(op.buffer.default_value != 0 for op in operands):
         return None  # an unstored coordinate reads a nonzero: the lattice's reasoning does not hold
-    if simplify_absent(tree, {"A", "B"}) != ZERO:
+    if not own and simplify_absent(tree, {"A", "B"}) != ZERO:
         return None  # nonzero where neither is stored (`A * B + 1`): every coordinate counts
-    return CoIteration(it, store, tuple(operands), tree, leaves, lattice_of(tree))
+    return CoIteration(it, store, tuple(operands), tree, leaves, lattice_of(tree), own)
+
+
+def _swap(tree: tuple) -> tuple:
+    """`tree` with the operand names A and B exchanged."""
+    if tree[0] == "name":
+        return ("name", {"A": "B", "B": "A"}.get(tree[1], tree[1]))
+    if tree[0] == "num":
+        return tree
+    return (tree[0], *(_swap(t) for t in tree[1:]))
 
 
 def _increment(value: PrimExpr, current: BufferLoad) -> PrimExpr | None:
@@ -172,6 +200,12 @@ def lower(low, co: CoIteration) -> Stmt:
         return BufferStore(p, (IntImm(0, "int32"),), mk.add(BufferLoad(p, (IntImm(0, "int32"),)), IntImm(1, dtype)))
 
     advance_a, advance_b = step(pa, ax_a.idtype), step(pb, ax_b.idtype)
+    # The positions are the enclosing block's own buffers (`Lowering.block_allocs`), so that its
+    # regions, which read the operands at them, are in their scope.
+    low.block_allocs.extend((pa, pb))
+    if co.own:
+        return seq(init, *_zero(pa, pb, ax_a, ax_b), _own_merge(co, low, at_a, end_a, at_b, end_b, ja, jb, loads,
+                                                               advance_a, advance_b))  # fmt: skip
     both = seq(update({"A", "B"}), advance_a, advance_b)
     only_a, only_b = update({"A"}), update({"B"})
     merge = While(
@@ -187,12 +221,28 @@ def lower(low, co: CoIteration) -> Stmt:
         for only, at, end, advance in ((only_a, at_a, end_a, advance_a), (only_b, at_b, end_b, advance_b))
         if only is not None
     ]
-    zero = (BufferStore(pa, (IntImm(0, "int32"),), IntImm(0, ax_a.idtype)),
-            BufferStore(pb, (IntImm(0, "int32"),), IntImm(0, ax_b.idtype)))  # fmt: skip
-    # The positions are the enclosing block's own buffers (`Lowering.block_allocs`), so that its
-    # regions, which read the operands at them, are in their scope.
-    low.block_allocs.extend((pa, pb))
+    zero = _zero(pa, pb, ax_a, ax_b)
     return seq(init, *zero, merge, *tails)
+
+
+def _zero(pa: FlatBuffer, pb: FlatBuffer, ax_a: Axis, ax_b: Axis) -> tuple[Stmt, Stmt]:
+    return (BufferStore(pa, (IntImm(0, "int32"),), IntImm(0, ax_a.idtype)),
+            BufferStore(pb, (IntImm(0, "int32"),), IntImm(0, ax_b.idtype)))  # fmt: skip
+
+
+def _own_merge(co: CoIteration, low, at_a, end_a, at_b, end_b, ja, jb, loads: dict, advance_a, advance_b) -> Stmt:
+    """Every stored A in order, B's pointer moved past the smaller coordinates first; the update
+    reads B where it stores A's coordinate and B's default (0) elsewhere, exactly as the search
+    lowering would (no lattice point is skipped: the iteration's domain is A's coordinates)."""
+    b = co.operands[1].buffer
+    found = mk.and_(mk.cmp("<", at_b, end_b), mk.cmp("==", jb, ja))
+    b_value = Select(found, loads["B"], const(b.default_value, b.dtype))
+    value = _expr(co.tree, {**{k: low.translate_expr(v) for k, v in co.leaves.items()}, "A": loads["A"], "B": b_value})
+    indices = tuple(low.translate_expr(e) for e in co.store.indices)
+    target = co.store.buffer
+    update = BufferStore(target, indices, mk.add(BufferLoad(target, indices), mk.cast(target.dtype, value)))
+    seek = While(mk.and_(mk.cmp("<", at_b, end_b), mk.cmp("<", jb, ja)), advance_b)
+    return While(mk.cmp("<", at_a, end_a), seq(seek, update, advance_a))
 
 
 def _expr(tree: tuple, env: dict[str, PrimExpr]) -> PrimExpr:
