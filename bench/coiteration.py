@@ -10,7 +10,9 @@ stencil), generated and seeded.
 
 Cases per graph: `spgemm` times `A @ A` and `A @ A.T` (scipy's `@`, MKL's `dot_product_mkl`);
 `masked` times `spgemm(A, A, mask=A)` against scipy's `(A @ A).multiply(A)` (triangle counting's
-product); `add` times `A + A.T`; `multiply` `A.multiply(A.T)`. Every result is checked against
+product); `add` times `A + A.T` and `A + R`, `multiply` `A.multiply(A.T)` and `A.multiply(R)`, where
+R is A with its rows reversed (for a symmetric A, A.T stores A's own coordinates: one loop over
+positions; R's differ: a merge). Every result is checked against
 scipy first (structure: ours may store the computed zeros scipy drops, see
 `sparsetir_py.coiteration.operators`). Calls are interleaved in rounds (`bench.paired.interleaved`);
 a ratio is the baseline's median over ours (above 1: sparsetir_py is faster). The traffic model
@@ -94,9 +96,12 @@ def cases(op: str, A, threads: int) -> list[tuple[str, dict, callable]]:
     if op == "masked":
         return [("(A @ A) .* A", {"ours": lambda: spgemm(A, A, mask=A, threads=threads),
                                    "scipy": lambda: (A @ A).multiply(A)})]  # fmt: skip
+    R = _float32(A[::-1])  # rows reversed: another structure (A.T of a symmetric A is A's own)
     if op == "add":
-        return [("A + A.T", {"ours": lambda: add(A, At, threads=threads), "scipy": lambda: A + At})]
-    return [("A .* A.T", {"ours": lambda: multiply(A, At, threads=threads), "scipy": lambda: A.multiply(At)})]
+        return [("A + A.T", {"ours": lambda: add(A, At, threads=threads), "scipy": lambda: A + At}),
+                ("A + R", {"ours": lambda: add(A, R, threads=threads), "scipy": lambda: A + R})]  # fmt: skip
+    return [("A .* A.T", {"ours": lambda: multiply(A, At, threads=threads), "scipy": lambda: A.multiply(At)}),
+            ("A .* R", {"ours": lambda: multiply(A, R, threads=threads), "scipy": lambda: A.multiply(R)})]  # fmt: skip
 
 
 def check(got, want) -> float:
@@ -130,7 +135,8 @@ def run_case(op: str, graph: str, A, name: str, calls: dict, repeat: int, budget
     results = {k: fn() for k, fn in calls.items()}
     errors = {k: check(v, results["scipy"]) for k, v in results.items() if k != "scipy"}
     medians, rounds = interleaved(calls, repeat, budget)
-    B = A if name in ("A @ A", "(A @ A) .* A") else A.T.tocsr()
+    B = {"A @ A": A, "(A @ A) .* A": A, "A + R": _float32(A[::-1]), "A .* R": _float32(A[::-1])}.get(name)
+    B = A.T.tocsr() if B is None else B
     moved = traffic(op, A, B, results["ours"])
     row = {"op": op, "graph": graph, "case": name, "rows": A.shape[0], "nnz": A.nnz, "rounds": rounds,
            "ms": {k: v * 1e3 for k, v in medians.items()}, "error": errors,

@@ -12,6 +12,8 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   expression's iteration lattice (`sparsetir_py.arith.lattice`): a two-pointer merge per row that writes the
   visited points' coordinates and values into a bounded buffer (`c_start[i]` is where row `i`
   may start writing, `c_count[i]` receives how many it wrote).
+* `same_level_script(expr)`: the same co-iteration where both operands store the same
+  coordinates: one loop over positions computing the lattice's top point.
 * `compact_script()`: copies each row's written entries to the canonical `indptr` positions.
 * `spgemm_count_script()`: the symbolic pass of Gustavson's SpGEMM: per row, the number of
   distinct columns of `A[i, :] @ B`, with a dense workspace of marks (`mark[j] == i + 1`: column
@@ -110,6 +112,32 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
     source += "                C_count[vi] = pc[0] - C_start[vi]\n"
     source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
     source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
+    return _HEADER + _typed(source, idtype, dtype)
+
+
+def same_level_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32") -> str:
+    """Two operands stored at the same coordinates (one level shared): every position is the
+    lattice's top point, so the co-iteration is one loop over positions, no merge."""
+    top = lat.point(set(lat.operands))
+    value = render(top.expression, {"A": "A_data[t]", "B": "B_data[t]", **{s: s for s in scalars}})
+    params = "".join(f", {s}: T.VAL" for s in scalars)
+    source = f"""
+@T.prim_func
+def same_level(a_data: T.handle, b_data: T.handle, c_data: T.handle, indptr: T.handle, bounds: T.handle,
+               m: T.int32, parts: T.int32, nnz: T.IDX{params}):
+    T.func_attr({{"stage": 2}})
+    A_data = T.match_buffer(a_data, (nnz,), "VAL")
+    B_data = T.match_buffer(b_data, (nnz,), "VAL")
+    C_data = T.match_buffer(c_data, (nnz,), "VAL")
+    Indptr = T.match_buffer(indptr, (m + 1,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        for r in T.serial(Bounds[part + 1] - Bounds[part]):
+            with T.block("same_level0"):
+                vi = T.axis.spatial(m, Bounds[part] + r)
+                for t in T.serial(Indptr[vi], Indptr[vi + 1]):
+                    C_data[t] = T.VAL({value})
+"""
     return _HEADER + _typed(source, idtype, dtype)
 
 

@@ -76,6 +76,9 @@ def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str
         return kernels.spgemm_masked_script(idtype, dtype, workspace)
     if name == "compact":
         return kernels.compact_script(idtype, dtype)
+    if name.startswith("same_"):
+        expression, scalars = EWISE[name[len("same_") :]]
+        return kernels.same_level_script(lattice(expression), scalars, idtype, dtype)
     expression, scalars = EWISE[name]
     return kernels.merge_script(lattice(expression), scalars, idtype, dtype)
 
@@ -430,6 +433,8 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
         raise InputError(f"`A` and `B` must have the same shape, got {A.shape} and {B.shape}")
     (A, B), idtype, dtype = _common([A, B])
     m = A.shape[0]
+    if _same_level(A, B):
+        return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls)
     # Row i may write at most |A_i| + |B_i| entries (union) or min(|A_i|, |B_i|) (intersection).
     if op == "add":
         start = A.indptr.astype(np.int64) + B.indptr
@@ -451,3 +456,24 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
         nnz_a=A.nnz, nnz_b=B.nnz, nnz_c=room, check_structure=False, **thread_args, **scalars,
     )  # fmt: skip
     return _compacted(t_data, t_indices, start, counts, A.shape, cls, names, bounds, thread_args)
+
+
+def _same_level(A, B) -> bool:
+    """Whether A and B store the same coordinates (canonical CSR: the same indptr and indices)."""
+    if A.indptr is B.indptr and A.indices is B.indices:
+        return True
+    return np.array_equal(A.indptr, B.indptr) and np.array_equal(A.indices, B.indices)
+
+
+def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls):
+    """`op` of two operands that share one level: the lattice's top point at every position."""
+    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
+    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    data = np.empty(A.nnz, dtype)
+    kernel("same_" + op, **names)(
+        a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False), c_data=data,
+        indptr=A.indptr, bounds=bounds, m=A.shape[0], parts=len(bounds) - 1, nnz=A.nnz, check_structure=False,
+        **thread_args, **scalars,
+    )  # fmt: skip
+    return _csr((data, A.indices.copy(), A.indptr.copy()), A.shape, cls)

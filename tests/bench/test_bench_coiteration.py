@@ -13,7 +13,7 @@ from bench.coiteration import check, main, mesh, traffic
 def test_every_operator_on_a_small_graph(tmp_path, capsys):
     assert main(["all", "--graphs", "karate", "--repeat", "3", "--budget", "0.01", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "coiteration.json").read_text())
-    assert [r["case"] for r in rows] == ["A @ A", "A @ A.T", "(A @ A) .* A", "A + A.T", "A .* A.T"]
+    assert [r["case"] for r in rows] == ["A @ A", "A @ A.T", "(A @ A) .* A", "A + A.T", "A + R", "A .* A.T", "A .* R"]
     for r in rows:
         assert r["ratio"]["scipy"] > 0 and r["error"]["ours"] < 1e-5 and r["bytes"] > 0
     assert "| karate | `A @ A` |" in (tmp_path / "coiteration.md").read_text()

@@ -290,6 +290,25 @@ def test_chunk_bounds_balance_work():
     assert list(operators.chunk_bounds(np.zeros(1, np.int64), 4)) == [0, 0]
 
 
+def test_same_level_operands():
+    """Operands that store the same coordinates (other arrays, equal contents) take one loop over
+    positions; the result owns copies of the structure."""
+    A = load_matrix("email-Eu-core")
+    B = A.copy()
+    B.data = np.random.default_rng(3).standard_normal(B.nnz).astype(np.float32)
+    check_add(A, B, 0.5, 2.0)
+    check_multiply(A, B)
+    check_add(A, B, threads=2)
+    seen = []
+    kernel = operators.kernel
+    try:
+        operators.kernel = lambda name, *a, **k: seen.append(name) or kernel(name, *a, **k)
+        add(A, B)
+    finally:
+        operators.kernel = kernel
+    assert seen == ["same_add"]
+
+
 def test_reexported_by_sp_ops():
     assert (sp.ops.spgemm, sp.ops.add, sp.ops.multiply) == (spgemm, add, multiply)
 
