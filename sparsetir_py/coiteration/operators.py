@@ -435,16 +435,17 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     m = A.shape[0]
     if _same_level(A, B):
         return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls)
-    # Row i may write at most |A_i| + |B_i| entries (union) or min(|A_i|, |B_i|) (intersection).
+    # A row's work is the entries the merge walks; it may write at most |A_i| + |B_i| entries
+    # (union) or min(|A_i|, |B_i|) (intersection).
+    work = A.indptr.astype(np.int64) + B.indptr
     if op == "add":
-        start = A.indptr.astype(np.int64) + B.indptr
+        start = work
     else:
         start = _prefix(np.minimum(np.diff(A.indptr), np.diff(B.indptr)))
     if start[-1] > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
     start = start.astype(idtype)
     thread_args = _threads(threads, target, A.nnz + B.nnz)
-    work = A.indptr.astype(np.int64) + B.indptr
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
@@ -462,6 +463,8 @@ def _same_level(A, B) -> bool:
     """Whether A and B store the same coordinates (canonical CSR: the same indptr and indices)."""
     if A.indptr is B.indptr and A.indices is B.indices:
         return True
+    if A.nnz != B.nnz:
+        return False
     return np.array_equal(A.indptr, B.indptr) and np.array_equal(A.indices, B.indices)
 
 
