@@ -306,7 +306,7 @@ def spgemm(
         schedule = names["schedule"] = shipped.cpu_hash
     parts = _parts(schedule, thread_args, m, n)
     hashed = mask is None and workspace_of(schedule) == "hash"
-    work = _work(A, B) if mask is not None or hashed else None
+    work = _work(A, B) if hashed or (mask is not None and _irregular(A)) else None
     bounds = chunk_bounds(A.indptr if work is None else work, parts)
     sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz}
     operands = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "b_indices": B.indices}
@@ -356,9 +356,18 @@ def _table_size(widest: int) -> int:
     return 1 << max(1, (2 * widest - 1).bit_length())
 
 
+def _irregular(A) -> bool:
+    """Whether A's rows differ so much in length (a power-law graph's hubs) that balancing a
+    masked product by A's nonzeros would leave threads idle, and its work is worth measuring (a
+    gather over A's nonzeros: as long as the product itself on a mesh)."""
+    lengths = np.diff(A.indptr)
+    return len(lengths) > 0 and int(lengths.max()) > 8 * max(1.0, A.nnz / len(lengths))
+
+
 def _work(A, B) -> np.ndarray:
     """The prefix sum of each row's multiply-adds in `A @ B` (the lengths of the rows of B that
-    the row of A selects): what balances a masked product, which has no symbolic pass."""
+    the row of A selects): what balances a masked product of an irregular A (it has no symbolic
+    pass) and sizes the hash workspaces of the symbolic pass."""
     selected = np.zeros(A.nnz + 1, np.int64)
     np.cumsum(np.diff(B.indptr)[A.indices], out=selected[1:])
     return selected[A.indptr]
