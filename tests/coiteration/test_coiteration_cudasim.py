@@ -70,8 +70,13 @@ def run(out: Path) -> None:
         results[f"{name}: masked"] = same(masked, (pattern(A) @ pattern(B)).multiply(mask), A64 @ B64)
         other = scipy.sparse.csr_matrix(A.T.T, copy=True)
         other.data = other.data[::-1].copy()
-        results[f"{name}: add"] = same(add(A, other, 2.0, -1.0, target="cuda"), pattern(A), 2 * A64 - other)
-        results[f"{name}: multiply"] = same(multiply(A, other, target="cuda"), pattern(A), A64.multiply(other))
+        results[f"{name}: add, one level"] = same(add(A, other, 2.0, -1.0, target="cuda"), pattern(A), 2 * A64 - other)
+        product = multiply(A, other, target="cuda")
+        results[f"{name}: multiply, one level"] = same(product, pattern(A), A64.multiply(other))
+        D = scipy.sparse.random(*A.shape, 0.5, format="csr", random_state=2).astype(A.dtype)
+        results[f"{name}: add"] = same(add(A, D, 2.0, -1.0, target="cuda"), pattern(A) + pattern(D), 2 * A64 - D)
+        both = pattern(A).multiply(pattern(D))
+        results[f"{name}: multiply"] = same(multiply(A, D, target="cuda"), both, A64.multiply(D))
     out.with_suffix(".json").write_text(json.dumps(results))
     np.savez(out, done=np.ones(1))
 
@@ -80,8 +85,23 @@ def test_operators_under_the_simulator(tmp_path_factory):
     from cuda_support import simulated_run
 
     results, _ = simulated_run(tmp_path_factory, "coiteration", Path(__file__))
-    assert len(results) == 4 * 8
+    assert len(results) == 6 * 8
     assert {k: v for k, v in results.items() if v != "ok"} == {}
+
+
+def test_kernels_compile_to_ptx():
+    """The real CUDA path of every co-iteration kernel (the simulator runs Python, not PTX)."""
+    import pytest
+    from cuda_support import ptx_unavailable
+
+    reason = ptx_unavailable()
+    if reason:
+        pytest.skip(reason)
+    from sparsetir_py.coiteration.operators import kernel
+
+    for name in ("count", "numeric", "masked", "add", "multiply", "compact", "same_add"):
+        ptx = kernel(name, "int32", "float32", target="cuda").ptx(cc=(8, 0))
+        assert ".visible .entry" in ptx and ".target sm_80" in ptx, name
 
 
 if __name__ == "__main__":
