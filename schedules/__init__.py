@@ -4,6 +4,6 @@ A schedule is a function `fn(sch: Schedule) -> None` applied to the Stage II fun
 `lower_sparse_iter` produced; `sp.ops` picks one by default and `schedule=` chooses another.
 """
 
-from . import sddmm, spmm
+from . import sddmm, spgemm, spmm
 
-__all__ = ["sddmm", "spmm"]
+__all__ = ["sddmm", "spgemm", "spmm"]

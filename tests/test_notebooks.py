@@ -23,6 +23,7 @@ EXPECTED = {
     "03_write_a_format_rule": {"png": 3, "html": 2},
     "04_mlir_encodings": {"png": 2, "html": 0},
     "05_benchmarks": {"png": 1, "html": 0},
+    "06_coiteration": {"png": 0, "html": 0},
 }
 
 

@@ -66,7 +66,7 @@ IMPORTS = {
     "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
     "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }
-HELPERS = ("lower_bound", "linear_find")
+HELPERS = ("lower_bound", "linear_find", "sort_range")
 RESERVED_NAMES = frozenset(IMPORTS) | frozenset(HELPERS) | frozenset(dir(builtins))
 
 BARRIERS = ("syncthreads", "syncwarp")
@@ -95,7 +95,44 @@ def linear_find(buf, lo, hi, value):
         lo += 1
     return lo
 """
-HELPER_SOURCES = {"lower_bound": LOWER_BOUND_SOURCE, "linear_find": LINEAR_FIND_SOURCE}
+SORT_RANGE_SOURCE = """\
+def sort_range(buf, lo, hi):
+    # Sorts buf[lo:hi] in place, ascending, and returns hi: insertion sort for short ranges, heap
+    # sort otherwise (plain loops, so that it compiles on both targets).
+    n = hi - lo
+    if n <= 16:
+        for t in range(lo + 1, hi):
+            v = buf[t]
+            u = t - 1
+            while u >= lo and buf[u] > v:
+                buf[u + 1] = buf[u]
+                u -= 1
+            buf[u + 1] = v
+        return hi
+    for start in range(n // 2 - 1, -1, -1):
+        root = start
+        while 2 * root + 1 < n:
+            child = 2 * root + 1
+            if child + 1 < n and buf[lo + child] < buf[lo + child + 1]:
+                child += 1
+            if buf[lo + root] >= buf[lo + child]:
+                break
+            buf[lo + root], buf[lo + child] = buf[lo + child], buf[lo + root]
+            root = child
+    for end in range(n - 1, 0, -1):
+        buf[lo], buf[lo + end] = buf[lo + end], buf[lo]
+        root = 0
+        while 2 * root + 1 < end:
+            child = 2 * root + 1
+            if child + 1 < end and buf[lo + child] < buf[lo + child + 1]:
+                child += 1
+            if buf[lo + root] >= buf[lo + child]:
+                break
+            buf[lo + root], buf[lo + child] = buf[lo + child], buf[lo + root]
+            root = child
+    return hi
+"""
+HELPER_SOURCES = {"lower_bound": LOWER_BOUND_SOURCE, "linear_find": LINEAR_FIND_SOURCE, "sort_range": SORT_RANGE_SOURCE}
 
 
 @dataclass(frozen=True)
@@ -190,6 +227,8 @@ class Renderer:
     target: ClassVar[str] = "base"
     OPTIONS: ClassVar[dict[str, Any]] = {}
     IMPORTS: ClassVar[dict[str, str]] = IMPORTS
+    # Nested helper functions the source defines where it calls them; a target may replace one.
+    HELPER_SOURCES: ClassVar[dict[str, str]] = HELPER_SOURCES
 
     EXPR_RULES: ClassVar[dict[type, str]] = {
         IntImm: "expr_int",
@@ -297,7 +336,7 @@ class Renderer:
         out.line(f"def {name}({', '.join(p.name for p in params)}):")
         with out.indent():
             for helper in sorted(self.helpers):
-                for line in HELPER_SOURCES[helper].splitlines():
+                for line in self.HELPER_SOURCES[helper].splitlines():
                     out.line(line)
                 out.lines.append("")
         out.lines.extend(self.body.lines)
@@ -473,15 +512,17 @@ class Renderer:
         return rule.template.format(a=args, p=atoms, one=one, f=suffix), rule.prec
 
     def call_search(self, e: Call) -> str:
-        """`T.lower_bound` / `T.linear_find`: a nested helper function of the kernel."""
-        if len(e.args) != 4:
-            raise CodegenError(f"in `build`: T.{e.op} takes 4 arguments, got {len(e.args)}")
-        buf, lo, hi, value = e.args
+        """`T.lower_bound` / `T.linear_find` / `T.sort_range`: a nested helper function of the kernel."""
+        arity = 3 if e.op == "sort_range" else 4
+        if len(e.args) != arity:
+            raise CodegenError(f"in `build`: T.{e.op} takes {arity} arguments, got {len(e.args)}")
+        buf, lo, hi, *value = e.args
         if not isinstance(buf, FlatBuffer):
             raise CodegenError(f"in `build`: the first argument of T.{e.op} must be a buffer")
         self.helpers.add(e.op)
         name = self.access_name(buf)
-        return f"{e.op}({name}, {self.expr(lo)}, {self.expr(hi)}, {self.expr(value)})"
+        rest = "".join(f", {self.expr(v)}" for v in value)
+        return f"{e.op}({name}, {self.expr(lo)}, {self.expr(hi)}{rest})"
 
     def expr_load(self, e: BufferLoad) -> tuple[str, int]:
         return self.access(e.buffer, e.indices), PREC_ATOM

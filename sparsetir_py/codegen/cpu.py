@@ -38,7 +38,25 @@ from ..ir.buffer import FlatBuffer
 from ..ir.expr import IntImm
 from ..ir.stmt import AtomicAdd, For
 from ..ir.visit import walk
-from .base import BLOCK_TAGS, THREAD_TAGS, Intrin, Renderer
+from .base import BLOCK_TAGS, HELPER_SOURCES, THREAD_TAGS, Intrin, Renderer
+
+# Numba's CPU arrays sort in place (introsort): faster than the plain-loop heap sort CUDA needs.
+CPU_SORT_RANGE_SOURCE = """\
+def sort_range(buf, lo, hi):
+    # Sorts buf[lo:hi] in place, ascending, and returns hi: insertion sort for a short range (a
+    # view and numpy's sort cost about a microsecond a call), numpy's otherwise.
+    if hi - lo > 32:
+        buf[lo:hi].sort()
+        return hi
+    for t in range(lo + 1, hi):
+        v = buf[t]
+        u = t - 1
+        while u >= lo and buf[u] > v:
+            buf[u + 1] = buf[u]
+            u -= 1
+        buf[u + 1] = v
+    return hi
+"""
 
 DEFAULT_FASTMATH = ("contract", "reassoc")
 SPLIT_PARTS = 128  # ranges of a `split_by` loop: every thread gets the same number up to 128 threads
@@ -126,6 +144,7 @@ class CPURenderer(Renderer):
     target: ClassVar[str] = "cpu"
     OPTIONS: ClassVar[dict[str, Any]] = {"fastmath": DEFAULT_FASTMATH, "parallel": True, "boundscheck": False}
     LOOP_ITERATORS: ClassVar[dict[str, str]] = {**Renderer.LOOP_ITERATORS, "parallel": "numba.prange"}
+    HELPER_SOURCES: ClassVar[dict[str, str]] = {**HELPER_SOURCES, "sort_range": CPU_SORT_RANGE_SOURCE}
     INTRINSIC_RULES: ClassVar[dict[str, Intrin]] = {
         **Renderer.INTRINSIC_RULES,
         "fmod": Intrin("np.fmod({a[0]}, {a[1]})", ("np",)),  # Numba's CPU target has no math.fmod

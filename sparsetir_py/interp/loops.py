@@ -160,6 +160,14 @@ class LoopInterpreter:
                 raise InterpretError(f"linear_find over [{lo}, {hi}) outside `{buf.name}` (size {arr.size})")
             hits = np.flatnonzero(arr[lo:hi] == value)
             return lo + int(hits[0]) if hits.size else hi
+        if e.op == "sort_range":
+            buf, lo, hi = e.args
+            arr = self.array(buf)
+            lo, hi = self.ev(lo), self.ev(hi)
+            if not 0 <= lo <= hi <= arr.size:
+                raise InterpretError(f"sort_range over [{lo}, {hi}) outside `{buf.name}` (size {arr.size})")
+            arr[lo:hi] = np.sort(arr[lo:hi])
+            return hi
         if e.op in ("syncthreads", "syncwarp"):
             return None
         fn = SCALAR_CALLS.get(e.op)

@@ -46,6 +46,9 @@ register_intrinsic("lower_bound", 4, "arg1", buffer_args=(0,))
 # linear_find(buf, lo, hi, value): the first position p in [lo, hi) with buf[p] == value, or hi:
 # coordinate lookups in a level declared unsorted (`sorted=False`), where a binary search is wrong.
 register_intrinsic("linear_find", 4, "arg1", buffer_args=(0,))
+# sort_range(buf, lo, hi): sorts buf[lo:hi] in place (ascending) and gives hi: the columns an
+# assembled output row collected in a workspace, in the order of discovery (sparsetir_py.coiteration).
+register_intrinsic("sort_range", 3, "arg2", buffer_args=(0,))
 
 
 def result_dtype(name: str, arg_dtypes: list[str]) -> str:

@@ -2,6 +2,9 @@
 
     C = sp.ops.spmm(A, B)                  # A @ B, a numpy array
     S = sp.ops.sddmm(A, X, Y)              # A's structure, values A * (X @ Y.T) (explicit zeros kept)
+    C = sp.ops.spgemm(A, B, mask=None)     # sparse @ sparse, an assembled canonical CSR matrix
+    C = sp.ops.add(A, B, alpha=1, beta=1)  # alpha * A + beta * B (the union of the structures)
+    C = sp.ops.multiply(A, B)              # A * B element-wise (the intersection)
 
 Kernels are cached per (operator, format, value dtype, index dtype, target, schedule, and the
 feature width on CUDA, where it is specialised), so calling again with new values does not
@@ -27,7 +30,8 @@ computations), `kernels` (the kernel cache), `repeat` (the repeated-call fast pa
 
 from __future__ import annotations
 
+from ..coiteration.operators import add, multiply, spgemm
 from .operators import OPERATORS, sddmm, spmm
 from .scripts import SCRIPTS, sddmm_script, spmm_script
 
-__all__ = ["OPERATORS", "SCRIPTS", "sddmm", "sddmm_script", "spmm", "spmm_script"]
+__all__ = ["OPERATORS", "SCRIPTS", "add", "multiply", "sddmm", "sddmm_script", "spgemm", "spmm", "spmm_script"]

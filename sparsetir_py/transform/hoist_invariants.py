@@ -280,7 +280,9 @@ class _Promoter:
                     offsets[a.indices[0]] = _resolve(a.indices[0], aliases)
             if len(offsets) > self.MAX_REGISTERS:
                 continue
-            if any(_varies(r, inner) or _reads(r, buf) for r in offsets.values()):
+            # An offset that reads a buffer the loop stores (`C[top[0]]` with `top` a counter the
+            # loop advances) changes in the loop although no loop variable appears in it.
+            if any(_varies(r, inner) or any(_reads(r, s) for s in stored) for r in offsets.values()):
                 continue
             distinct = list(dict.fromkeys(offsets.values()))
             if not all(_differ(a, b) for n, a in enumerate(distinct) for b in distinct[n + 1 :]):

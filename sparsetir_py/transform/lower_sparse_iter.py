@@ -49,6 +49,7 @@ from ..ir.stmt import (
     AtomicAdd,
     Block,
     BufferStore,
+    Evaluate,
     For,
     IfThenElse,
     IterVar,
@@ -60,6 +61,7 @@ from ..ir.stmt import (
 from ..ir.verify import checked_writes, verify_cached
 from ..ir.visit import map_children, substitute
 from . import checked_writes as checked
+from . import coiterate
 from .region import annotate_regions
 
 
@@ -111,6 +113,8 @@ class Lowering:
         # Writes the verifier cannot prove stored, and the error flag of each buffer they write.
         self.checked = self.checked_stores(func)
         self.flags: dict[SparseBuffer, FlatBuffer] = {}
+        self.coiterations: dict[int, tuple[Stmt, coiterate.CoIteration]] = {}  # placeholder id -> merge
+        self.block_allocs: list[FlatBuffer] = []  # scratch of the block being built (merge positions)
 
     # ---------------------------------------------------------------- step 1: auxiliary buffers
     def materialize(self) -> list:
@@ -249,6 +253,14 @@ class Lowering:
         return groups
 
     def lower_iteration(self, it: SparseIteration) -> Stmt:
+        co = coiterate.match(it)
+        if co is not None:
+            # Sparse operands met at a dense reduction iterator: the spatial iterators lower as
+            # usual, the reduction becomes a merge of the operands' stored coordinates.
+            placeholder = Evaluate(IntImm(0, "int32"))
+            self.coiterations[id(placeholder)] = (placeholder, co)
+            n = len(it.axes) - 1
+            it = SparseIteration(it.name, it.axes[:n], it.kinds[:n], it.iter_vars[:n], placeholder, None, it.attrs)
         units = self.units(it)
         init_nest = None
         if it.init is not None and any(self.is_mixed(it, u) for u in units):
@@ -309,7 +321,10 @@ class Lowering:
             raise LoweringError(f"two blocks would be named `{name}`: rename one of the sparse iterations")
         self.block_names.add(name)
         # Annotations of the sparse iteration (`sch.annotate` on its handle) go to every block it makes.
-        stmt: Stmt = Block(name, tuple(iter_vars), (), (), inner, init, annotations=FrozenDict(it.attrs))
+        allocs, self.block_allocs = tuple(self.block_allocs), []
+        stmt: Stmt = Block(
+            name, tuple(iter_vars), (), (), inner, init, alloc_buffers=allocs, annotations=FrozenDict(it.attrs)
+        )
         for loop_var, extent in reversed(loops):
             stmt = For(loop_var, IntImm(0, extent.dtype), extent, "serial", stmt)
         return stmt
@@ -409,6 +424,9 @@ class Lowering:
 
     # ---------------------------------------------------------------- step 3: coordinate translation
     def translate_stmt(self, s: Stmt) -> Stmt:
+        merge = self.coiterations.get(id(s))
+        if merge is not None and merge[0] is s:
+            return coiterate.lower(self, merge[1])
         if isinstance(s, SparseIteration):
             return self.lower_iteration(s)
         if isinstance(s, BufferStore | AtomicAdd):  # an atomic add is a store: positions, not coordinates

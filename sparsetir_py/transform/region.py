@@ -3,7 +3,8 @@
 A block's regions cover every access inside it, nested loops and blocks included, in terms of
 the variables visible at the block. An index that uses no variable bound inside the block is a
 single point; an index that is a variable bound inside (a loop or an inner block iterator) covers
-that variable's range; anything else covers the whole dimension. Several accesses to one buffer
+that variable's range; anything else (an index that reads the block's own scratch buffers, too)
+covers the whole dimension. Several accesses to one buffer
 are joined dimension by dimension (equal ranges stay, different ones widen to the dimension).
 """
 
@@ -91,7 +92,9 @@ def _relax(collector: _Collector, buf, indices) -> tuple[Range, ...]:
     inner = collector.ranges
     out = []
     for k, idx in enumerate(indices):
-        if not _uses(idx, inner):
+        # An index that reads the block's own scratch (a merge's position) changes inside it.
+        varies = _uses(idx, inner) or any(isinstance(n, BufferLoad) and n.buffer in collector.local for n in walk(idx))
+        if not varies:
             out.append(Range(idx, IntImm(1, idx.dtype)))
             continue
         if isinstance(idx, Var) and idx in inner:

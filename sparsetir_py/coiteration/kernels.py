@@ -1,0 +1,489 @@
+"""The Stage II scripts of the co-iterating operators, written in position space.
+
+Each function returns the source of a `@T.prim_func` (parsed by the project's frontend, then
+compiled by `sp.compile` as any Stage II function: flattening, the target passes, code
+generation). Sizes are int32 scalars, positions and structure arrays the index dtype `IDX`,
+values `VAL`; the row loops are chunked: `bounds[part]..bounds[part + 1]` are the rows of chunk
+`part`, chosen by the operator so that the chunks carry equal work (the symbolic pass's count of
+multiply-adds), and a schedule makes the chunk loop parallel. A chunk's workspace is allocated
+once per chunk, so no two threads share one and no row waits on an atomic.
+
+* `merge_script(expr)`: the element-wise co-iteration of two CSR operands, generated from the
+  expression's iteration lattice (`sparsetir_py.arith.lattice`): a two-pointer merge per row that writes the
+  visited points' coordinates and values into a bounded buffer (`c_start[i]` is where row `i`
+  may start writing, `c_count[i]` receives how many it wrote).
+* `same_level_script(expr)`: the same co-iteration where both operands store the same
+  coordinates: one loop over positions computing the lattice's top point.
+* `compact_script()`: copies each row's written entries to the canonical `indptr` positions.
+* `spgemm_count_script()`: the symbolic pass of Gustavson's SpGEMM: per row, the number of
+  distinct columns of `A[i, :] @ B`, with a dense workspace of marks (`mark[j] == i + 1`: column
+  `j` was seen in row `i`), and the row's work (multiply-adds), which balances the numeric pass.
+* `spgemm_numeric_script()`: the numeric pass: a dense accumulator with a touched-columns list,
+  which is the row of `c_indices` itself; the row is sorted (`T.sort_range`) and its values
+  gathered from the accumulator, or, where that is cheaper (`SORT_COST`), read off the
+  workspace in column order between the row's least and greatest column.
+* with `workspace="hash"`, the count and numeric passes keep each chunk's workspace in a hash
+  table (linear probing, Fibonacci hashing) of `hsize` slots, a power of two at least twice the
+  widest row, with the row's used slots listed so that clearing costs the row's size: for very
+  wide matrices, where a dense workspace of `n` columns per chunk is too large.
+* `spgemm_masked_script()`: only the coordinates a mask stores: the mask's row is loaded into
+  the workspace first, products outside it are skipped, and the row's hits are written in the
+  mask's (sorted) order into a buffer bounded by the mask's row, compacted afterwards.
+"""
+
+from __future__ import annotations
+
+from ..arith.lattice import Lattice, render
+
+_HEADER = "from sparsetir_py import script as T\n\n"
+
+
+def _typed(source: str, idtype: str, dtype: str) -> str:
+    return source.replace("IDX", idtype).replace("VAL", dtype)
+
+
+# ------------------------------------------------------------------ element-wise merge
+def merge_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32") -> str:
+    """The two-operand merge loop of `lat` (operands `A` and `B`, scalar parameters `scalars`)."""
+    if lat.operands != ("A", "B"):
+        raise ValueError(f"merge_script co-iterates two operands A and B, got {lat.operands}")
+    env = {"A": "a_data[pa[0]]", "B": "b_data[pb[0]]", **{s: s for s in scalars}}
+    both = lat.point({"A", "B"})
+    only_a, only_b = lat.point({"A"}), lat.point({"B"})
+
+    def emit(point, coordinate: str, indent: str) -> str:
+        if point is None:
+            return ""
+        value = render(point.expression, env)
+        return (
+            f"{indent}c_indices[pc[0]] = {coordinate}\n"
+            f"{indent}c_data[pc[0]] = T.VAL({value})\n"
+            f"{indent}pc[0] = pc[0] + T.IDX(1)\n"
+        )
+
+    body = "                        "
+    params = "".join(f", {s}: T.VAL" for s in scalars)
+    source = f"""
+@T.prim_func
+def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle, b_indptr: T.handle,
+          b_indices: T.handle, c_data: T.handle, c_indices: T.handle, c_start: T.handle, c_count: T.handle,
+          bounds: T.handle, m: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX{params}):
+    T.func_attr({{"stage": 2}})
+    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (m + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
+    C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
+    C_start = T.match_buffer(c_start, (m + 1,), "IDX")
+    C_count = T.match_buffer(c_count, (m,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        for r in T.serial(Bounds[part + 1] - Bounds[part]):
+            with T.block("merge0"):
+                vi = T.axis.spatial(m, Bounds[part] + r)
+                pa = T.alloc_buffer((1,), "IDX", scope="local")
+                pb = T.alloc_buffer((1,), "IDX", scope="local")
+                pc = T.alloc_buffer((1,), "IDX", scope="local")
+                pa[0] = A_indptr[vi]
+                pb[0] = B_indptr[vi]
+                pc[0] = C_start[vi]
+                while pa[0] < A_indptr[vi + 1] and pb[0] < B_indptr[vi + 1]:
+                    ja: T.IDX = A_indices[pa[0]]
+                    jb: T.IDX = B_indices[pb[0]]
+                    if ja == jb:
+{emit(both, "ja", body)}                        pa[0] = pa[0] + T.IDX(1)
+                        pb[0] = pb[0] + T.IDX(1)
+                    elif ja < jb:
+{emit(only_a, "ja", body)}                        pa[0] = pa[0] + T.IDX(1)
+                    else:
+{emit(only_b, "jb", body)}                        pb[0] = pb[0] + T.IDX(1)
+"""
+    if only_a is not None:
+        source += f"""                while pa[0] < A_indptr[vi + 1]:
+{emit(only_a, "A_indices[pa[0]]", "                    ")}                    pa[0] = pa[0] + T.IDX(1)
+"""
+    if only_b is not None:
+        source += f"""                while pb[0] < B_indptr[vi + 1]:
+{emit(only_b, "B_indices[pb[0]]", "                    ")}                    pb[0] = pb[0] + T.IDX(1)
+"""
+    source += "                C_count[vi] = pc[0] - C_start[vi]\n"
+    source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
+    source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
+    return _HEADER + _typed(source, idtype, dtype)
+
+
+def same_level_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32") -> str:
+    """Two operands stored at the same coordinates (one level shared): every position is the
+    lattice's top point, so the co-iteration is one loop over positions, no merge."""
+    top = lat.point(set(lat.operands))
+    value = render(top.expression, {"A": "A_data[t]", "B": "B_data[t]", **{s: s for s in scalars}})
+    params = "".join(f", {s}: T.VAL" for s in scalars)
+    source = f"""
+@T.prim_func
+def same_level(a_data: T.handle, b_data: T.handle, c_data: T.handle, indptr: T.handle, bounds: T.handle,
+               m: T.int32, parts: T.int32, nnz: T.IDX{params}):
+    T.func_attr({{"stage": 2}})
+    A_data = T.match_buffer(a_data, (nnz,), "VAL")
+    B_data = T.match_buffer(b_data, (nnz,), "VAL")
+    C_data = T.match_buffer(c_data, (nnz,), "VAL")
+    Indptr = T.match_buffer(indptr, (m + 1,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        for r in T.serial(Bounds[part + 1] - Bounds[part]):
+            with T.block("same_level0"):
+                vi = T.axis.spatial(m, Bounds[part] + r)
+                for t in T.serial(Indptr[vi], Indptr[vi + 1]):
+                    C_data[t] = T.VAL({value})
+"""
+    return _HEADER + _typed(source, idtype, dtype)
+
+
+COMPACT = """
+@T.prim_func
+def compact(t_data: T.handle, t_indices: T.handle, t_start: T.handle, c_data: T.handle, c_indices: T.handle,
+            c_indptr: T.handle, bounds: T.handle, m: T.int32, parts: T.int32, nnz_t: T.IDX, nnz_c: T.IDX):
+    T.func_attr({"stage": 2})
+    T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
+    T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
+    T_start = T.match_buffer(t_start, (m + 1,), "IDX")
+    C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
+    C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
+    C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        for r in T.serial(Bounds[part + 1] - Bounds[part]):
+            with T.block("compact0"):
+                vi = T.axis.spatial(m, Bounds[part] + r)
+                for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
+                    C_indices[C_indptr[vi] + t] = T_indices[T_start[vi] + t]
+                    C_data[C_indptr[vi] + t] = T_data[T_start[vi] + t]
+"""
+
+
+def compact_script(idtype: str = "int32", dtype: str = "float32") -> str:
+    return _HEADER + _typed(COMPACT, idtype, dtype)
+
+
+# ------------------------------------------------------------------ SpGEMM
+SPGEMM_COUNT = """
+@T.prim_func
+def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_indices: T.handle,
+                 c_count: T.handle, c_work: T.handle, WORKSPACE_PARAMS bounds: T.handle, m: T.int32,
+                 k: T.int32, n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX):
+    T.func_attr({"stage": 2})
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    C_count = T.match_buffer(c_count, (m,), "IDX")
+    C_work = T.match_buffer(c_work, (m,), "int64")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+WORKSPACE_BUFFERS    for part in T.serial(parts):
+        with T.block("spgemm_count0"):
+            vp = T.axis.spatial(parts, part)
+MARK_ALLOC
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_count1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    count = T.alloc_buffer((1,), "IDX", scope="local")
+                    work = T.alloc_buffer((1,), "int64", scope="local")
+                    count[0] = T.IDX(0)
+                    work[0] = T.int64(0)
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            if mark[j] != vi + 1:
+                                mark[j] = vi + 1
+                                count[0] = count[0] + T.IDX(1)
+                    C_count[vi] = count[0]
+                    C_work[vi] = work[0]
+"""
+
+SPGEMM_NUMERIC = """
+@T.prim_func
+def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
+                   b_indptr: T.handle, b_indices: T.handle, c_data: T.handle, c_indptr: T.handle,
+                   c_indices: T.handle, WORKSPACE_PARAMS bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
+                   parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX):
+    T.func_attr({"stage": 2})
+    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
+    C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
+    C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+WORKSPACE_BUFFERS    for part in T.serial(parts):
+        with T.block("spgemm_numeric0"):
+            vp = T.axis.spatial(parts, part)
+MARK_ALLOC
+ACC_ALLOC
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_numeric1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    top = T.alloc_buffer((1,), "IDX", scope="local")
+                    lo = T.alloc_buffer((1,), "IDX", scope="local")
+                    hi = T.alloc_buffer((1,), "IDX", scope="local")
+                    top[0] = C_indptr[vi]
+                    lo[0] = T.IDX(n)
+                    hi[0] = T.IDX(0)
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        a: T.VAL = A_data[A_indptr[vi] + p]
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            if mark[j] != vi + 1:
+                                mark[j] = vi + 1
+                                acc[j] = a * B_data[B_indptr[kk] + q]
+                                C_indices[top[0]] = j
+                                top[0] = top[0] + T.IDX(1)
+                                lo[0] = T.min(lo[0], j)
+                                hi[0] = T.max(hi[0], j + T.IDX(1))
+                            else:
+                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+                    count: T.float64 = T.float64(C_indptr[vi + 1] - C_indptr[vi])
+                    if count * T.log2(count + T.float64(1)) * T.float64(SORT_COST) > T.float64(hi[0] - lo[0]):
+                        top[0] = C_indptr[vi]
+                        for j in T.serial(hi[0] - lo[0]):
+                            if mark[lo[0] + j] == vi + 1:
+                                C_indices[top[0]] = lo[0] + j
+                                C_data[top[0]] = acc[lo[0] + j]
+                                top[0] = top[0] + T.IDX(1)
+                    else:
+                        T.sort_range(C_indices, C_indptr[vi], C_indptr[vi + 1])
+                        for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
+                            C_data[C_indptr[vi] + t] = acc[C_indices[C_indptr[vi] + t]]
+"""
+
+SPGEMM_MASKED = """
+@T.prim_func
+def spgemm_masked(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
+                  b_indptr: T.handle, b_indices: T.handle, m_indptr: T.handle, m_indices: T.handle,
+                  c_data: T.handle, c_indices: T.handle, c_count: T.handle, WORKSPACE_PARAMS bounds: T.handle,
+                  m: T.int32, k: T.int32, n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_m: T.IDX):
+    T.func_attr({"stage": 2})
+    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    M_indptr = T.match_buffer(m_indptr, (m + 1,), "IDX")
+    M_indices = T.match_buffer(m_indices, (nnz_m,), "IDX")
+    C_data = T.match_buffer(c_data, (nnz_m,), "VAL")
+    C_indices = T.match_buffer(c_indices, (nnz_m,), "IDX")
+    C_count = T.match_buffer(c_count, (m,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+WORKSPACE_BUFFERS    for part in T.serial(parts):
+        with T.block("spgemm_masked0"):
+            vp = T.axis.spatial(parts, part)
+MARK_ALLOC
+ACC_ALLOC
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_masked1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    top = T.alloc_buffer((1,), "IDX", scope="local")
+                    for t in T.serial(M_indptr[vi + 1] - M_indptr[vi]):
+                        mark[M_indices[M_indptr[vi] + t]] = 2 * vi + 2
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        a: T.VAL = A_data[A_indptr[vi] + p]
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            if mark[j] == 2 * vi + 2:
+                                mark[j] = 2 * vi + 3
+                                acc[j] = a * B_data[B_indptr[kk] + q]
+                            elif mark[j] == 2 * vi + 3:
+                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+                    top[0] = M_indptr[vi]
+                    for t in T.serial(M_indptr[vi + 1] - M_indptr[vi]):
+                        jm: T.IDX = M_indices[M_indptr[vi] + t]
+                        if mark[jm] == 2 * vi + 3:
+                            C_indices[top[0]] = jm
+                            C_data[top[0]] = acc[jm]
+                            top[0] = top[0] + T.IDX(1)
+                    C_count[vi] = top[0] - M_indptr[vi]
+"""
+
+
+SPGEMM_COUNT_HASH = """
+@T.prim_func
+def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_indices: T.handle,
+                 c_count: T.handle, c_work: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
+                 parts: T.int32, hsize: T.int64, nnz_a: T.IDX, nnz_b: T.IDX):
+    T.func_attr({"stage": 2})
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    C_count = T.match_buffer(c_count, (m,), "IDX")
+    C_work = T.match_buffer(c_work, (m,), "int64")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        with T.block("spgemm_count0"):
+            vp = T.axis.spatial(parts, part)
+            keys = T.alloc_buffer((hsize,), "int32", scope="local")
+            used = T.alloc_buffer((hsize,), "int64", scope="local")
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_count1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    count = T.alloc_buffer((1,), "IDX", scope="local")
+                    work = T.alloc_buffer((1,), "int64", scope="local")
+                    h = T.alloc_buffer((1,), "int64", scope="local")
+                    count[0] = T.IDX(0)
+                    work[0] = T.int64(0)
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            h[0] = T.int64(j) * T.int64(HASH_MULTIPLIER) % hsize
+                            while keys[h[0]] != 0 and keys[h[0]] != T.int32(j) + 1:
+                                h[0] = (h[0] + T.int64(1)) % hsize
+                            if keys[h[0]] == 0:
+                                keys[h[0]] = T.int32(j) + 1
+                                used[count[0]] = h[0]
+                                count[0] = count[0] + T.IDX(1)
+                    for t in T.serial(count[0]):
+                        keys[used[t]] = 0
+                    C_count[vi] = count[0]
+                    C_work[vi] = work[0]
+"""
+
+SPGEMM_NUMERIC_HASH = """
+@T.prim_func
+def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
+                   b_indptr: T.handle, b_indices: T.handle, c_data: T.handle, c_indptr: T.handle,
+                   c_indices: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32, parts: T.int32,
+                   hsize: T.int64, nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX):
+    T.func_attr({"stage": 2})
+    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
+    C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
+    C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        with T.block("spgemm_numeric0"):
+            vp = T.axis.spatial(parts, part)
+            keys = T.alloc_buffer((hsize,), "int32", scope="local")
+            vals = T.alloc_buffer((hsize,), "VAL", scope="local")
+            used = T.alloc_buffer((hsize,), "int64", scope="local")
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_numeric1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    top = T.alloc_buffer((1,), "IDX", scope="local")
+                    h = T.alloc_buffer((1,), "int64", scope="local")
+                    top[0] = C_indptr[vi]
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        a: T.VAL = A_data[A_indptr[vi] + p]
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            h[0] = T.int64(j) * T.int64(HASH_MULTIPLIER) % hsize
+                            while keys[h[0]] != 0 and keys[h[0]] != T.int32(j) + 1:
+                                h[0] = (h[0] + T.int64(1)) % hsize
+                            if keys[h[0]] == 0:
+                                keys[h[0]] = T.int32(j) + 1
+                                vals[h[0]] = a * B_data[B_indptr[kk] + q]
+                                used[top[0] - C_indptr[vi]] = h[0]
+                                C_indices[top[0]] = j
+                                top[0] = top[0] + T.IDX(1)
+                            else:
+                                vals[h[0]] = vals[h[0]] + a * B_data[B_indptr[kk] + q]
+                    T.sort_range(C_indices, C_indptr[vi], C_indptr[vi + 1])
+                    for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
+                        jt: T.IDX = C_indices[C_indptr[vi] + t]
+                        h[0] = T.int64(jt) * T.int64(HASH_MULTIPLIER) % hsize
+                        while keys[h[0]] != T.int32(jt) + 1:
+                            h[0] = (h[0] + T.int64(1)) % hsize
+                        C_data[C_indptr[vi] + t] = vals[h[0]]
+                    for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
+                        keys[used[t]] = 0
+"""
+
+#: Fibonacci hashing's multiplier (2^32 / golden ratio): consecutive columns land far apart.
+HASH_MULTIPLIER = 2654435761
+
+
+#: Where a chunk's workspace lives: "local", allocated inside the chunk (CPU: a numpy array per
+#: chunk), or "global", a slice `[part * n, (part + 1) * n)` of zeroed arrays the caller passes
+#: (`mark_ws`, `acc_ws`), since a CUDA block cannot allocate an array of a run-time size.
+WORKSPACES = ("local", "global", "hash")
+
+
+def _with_workspace(source: str, workspace: str, accumulate: bool) -> str:
+    if workspace not in WORKSPACES:
+        raise ValueError(f"workspace must be one of {WORKSPACES}, got {workspace!r}")
+    names = [("mark", "Mark", "int32", "mark_ws")] + ([("acc", "Acc", "VAL", "acc_ws")] if accumulate else [])
+    if workspace == "local":
+        source = source.replace("WORKSPACE_PARAMS ", "").replace("WORKSPACE_BUFFERS", "")
+        for name, _, dtype, _ in names:
+            alloc = f'            {name} = T.alloc_buffer((n,), "{dtype}", scope="local")'
+            source = source.replace(f"{name.upper()}_ALLOC", alloc)
+        return source.replace("ACC_ALLOC\n", "")
+    params = " ".join(f"{param}: T.handle," for _, _, _, param in names) + " "
+    size = "T.int64(parts) * T.int64(n)"
+    buffers = "".join(f'    {big} = T.match_buffer({param}, ({size},), "{dtype}")\n' for _, big, dtype, param in names)
+    source = source.replace("WORKSPACE_PARAMS ", params).replace("WORKSPACE_BUFFERS", buffers)
+    source = source.replace("MARK_ALLOC\n", "").replace("ACC_ALLOC\n", "")
+    for name, big, _, _ in names:
+        source = _redirect(source, name, big)
+    return source
+
+
+def _redirect(source: str, name: str, big: str) -> str:
+    """Every `name[x]` becomes `big[vp * n + x]`, in int64 (brackets matched, so `x` may index too)."""
+    out, i, key = [], 0, f"{name}["
+    while True:
+        j = source.find(key, i)
+        if j < 0:
+            return "".join(out) + source[i:]
+        if j > 0 and (source[j - 1].isalnum() or source[j - 1] == "_"):
+            out.append(source[i : j + len(key)])
+            i = j + len(key)
+            continue
+        depth, k = 1, j + len(key)
+        while depth:
+            depth += {"[": 1, "]": -1}.get(source[k], 0)
+            k += 1
+        out.append(source[i:j] + f"{big}[T.int64(vp) * T.int64(n) + T.int64({source[j + len(key) : k - 1]})]")
+        i = k
+
+
+def spgemm_count_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    if workspace == "hash":
+        return _HEADER + _typed(SPGEMM_COUNT_HASH, idtype, dtype).replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
+    return _HEADER + _typed(_with_workspace(SPGEMM_COUNT, workspace, False), idtype, dtype)
+
+
+#: A row of the numeric pass whose `c` columns span `w` columns is read off the workspace in
+#: column order (a scan of `w` marks) where that costs less than sorting them: `w < SORT_COST *
+#: c * log2(c + 1)` (a scan step is a load and a well-predicted compare; a sort step several).
+SORT_COST = 4
+
+
+def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    if workspace == "hash":
+        return _HEADER + _typed(SPGEMM_NUMERIC_HASH, idtype, dtype).replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
+    source = _with_workspace(SPGEMM_NUMERIC, workspace, True)
+    return _HEADER + _typed(source, idtype, dtype).replace("SORT_COST", str(SORT_COST))
+
+
+def spgemm_masked_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+    # The mask bounds the row: a masked product keeps a dense workspace also where the schedule
+    # asks for hashing (`hash` applies to the count and numeric passes).
+    workspace = "local" if workspace == "hash" else workspace
+    return _HEADER + _typed(_with_workspace(SPGEMM_MASKED, workspace, True), idtype, dtype)

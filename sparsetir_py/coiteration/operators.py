@@ -1,0 +1,491 @@
+"""Sparse x sparse operators with assembled outputs, compiled through the project's pipeline.
+
+    C = spgemm(A, B)                  # A @ B
+    C = spgemm(A, B, mask=M)          # A @ B at the coordinates M stores only
+    C = add(A, B, alpha=1, beta=1)    # alpha * A + beta * B: the union of the structures
+    C = multiply(A, B)                # A * B element-wise: the intersection
+
+Operands are scipy sparse matrices of any format and index/value dtype, checked as `sp.ops.spmm`
+checks A (`sp.InputError` for a broken structure, a shape mismatch or non-numeric values); they
+are made canonical CSR (sorted, duplicates summed) before the kernels see them. The result is a
+canonical CSR matrix (sorted indices, no duplicates) that owns its arrays, of the operands' index
+dtype as `sp.ops` reads them (int64 if either is, or if the result's nnz needs it) and value
+dtype (float32 when every operand is float32, else float64); a `csr_array` when `A` is a sparse
+array. `target="cuda"` runs the same kernels with the CUDA schedule (a chunk of rows per block;
+tested under Numba's simulator).
+
+The output's structure is assembled by the kernels (symbolic pass, prefix sum, numeric pass;
+see `kernels.py`) and is *structural*: every coordinate the co-iteration visits is stored, also
+where the value computed there is 0 (`A - A` stores zeros, as does a product whose terms
+cancel, or an explicit zero of an operand), as TACO and MKL do. scipy drops entries that compute
+to exactly 0 (`A @ B`, `A + B`, `A.multiply(B)`): `C.eliminate_zeros()` gives scipy's matrix.
+A mask's structure selects coordinates, its values are not read (a stored 0 still selects).
+
+`threads=` caps the Numba threads of a call (by default small calls run on one thread);
+`schedule=` names a schedule of `schedules/spgemm.py` or passes one: `cpu_chunks` (the default:
+dense workspaces), `cpu_hash` (hash workspaces, the default where dense ones would pass
+`WORKSPACE_BYTES`), `cpu_serial`, `cuda_chunks`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse
+
+from ..arith.lattice import lattice
+from ..driver import compile as compile_pipeline
+from ..errors import InputError
+from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
+from ..runtime.kernel import Kernel
+from ..script import from_script
+from . import kernels
+
+#: Below this much work (multiply-adds or merged entries) a call runs on one thread: waking
+#: Numba's thread pool costs more than it saves.
+PARALLEL_GRAIN = 1 << 15
+_INT32_MAX = int(np.iinfo(np.int32).max)
+#: The masked kernel marks columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
+_MASKED_ROWS = (_INT32_MAX - 3) // 2
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    """One compiled kernel: which script, for which dtypes, target and schedule."""
+
+    script: str
+    idtype: str
+    dtype: str
+    target: str
+    schedule: Callable
+
+
+_KERNELS: dict[KernelKey, Kernel] = {}
+
+
+def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str:
+    if name == "count":
+        return kernels.spgemm_count_script(idtype, dtype, workspace)
+    if name == "numeric":
+        return kernels.spgemm_numeric_script(idtype, dtype, workspace)
+    if name == "masked":
+        return kernels.spgemm_masked_script(idtype, dtype, workspace)
+    if name == "compact":
+        return kernels.compact_script(idtype, dtype)
+    if name.startswith("same_"):
+        expression, scalars = EWISE[name[len("same_") :]]
+        return kernels.same_level_script(lattice(expression), scalars, idtype, dtype)
+    expression, scalars = EWISE[name]
+    return kernels.merge_script(lattice(expression), scalars, idtype, dtype)
+
+
+#: The element-wise co-iterations: expression over A and B, and its scalar parameters.
+EWISE = {"add": ("alpha * A + beta * B", ("alpha", "beta")), "multiply": ("A * B", ())}
+
+
+def kernel(name: str, idtype: str, dtype: str, target: str = "cpu", schedule=None) -> Kernel:
+    """The compiled kernel `name` ("count", "numeric", "masked", "compact", "add", "multiply"),
+    built once per dtypes, target and schedule."""
+    schedule = resolve_schedule(target, schedule)
+    key = KernelKey(name, idtype, dtype, target, schedule)
+    found = _KERNELS.get(key)
+    if found is None:
+        mod = from_script(_script(name, idtype, dtype, workspace_of(schedule)))
+        found = _KERNELS[key] = compile_pipeline(mod, target, schedule=schedule)
+    return found
+
+
+def workspace_of(schedule) -> str:
+    """Where the schedule keeps SpGEMM's workspaces (`schedule.workspace`, `kernels.WORKSPACES`)."""
+    workspace = getattr(schedule, "workspace", "local")
+    if workspace not in kernels.WORKSPACES:
+        raise InputError(f"schedule `workspace` must be one of {kernels.WORKSPACES}, got {workspace!r}")
+    return workspace
+
+
+def _workspaces(schedule, parts: int, n: int, dtype, accumulate: bool) -> dict:
+    """The zeroed workspace arrays a kernel with global workspaces takes (none for local ones)."""
+    if workspace_of(schedule) != "global":
+        return {}
+    out = {"mark_ws": np.zeros(parts * n, np.int32)}
+    if accumulate:
+        out["acc_ws"] = np.zeros(parts * n, dtype)
+    return out
+
+
+def resolve_schedule(target: str, schedule) -> Callable:
+    """`None` -> the default for `target`; a name -> the shipped schedule; a callable as is."""
+    from schedules import spgemm as shipped
+
+    if target not in shipped.DEFAULT:
+        raise InputError(f"unknown target {target!r}: expected one of {', '.join(shipped.DEFAULT)}")
+    if schedule is None:
+        return shipped.DEFAULT[target]
+    if isinstance(schedule, str):
+        if schedule not in shipped.SCHEDULES:
+            raise InputError(f"unknown spgemm schedule {schedule!r}: expected one of {', '.join(shipped.SCHEDULES)}")
+        return shipped.SCHEDULES[schedule]
+    if not callable(schedule):
+        raise InputError(f"`schedule` must be a name or a callable, got {type(schedule).__name__}")
+    return schedule
+
+
+# ------------------------------------------------------------------ operands
+@dataclass(frozen=True)
+class StructureKey:
+    """A CSR structure that passed the checks, by the identity of its arrays (held weakly)."""
+
+    indptr: int
+    indices: int
+    shape: tuple[int, int]
+
+
+_CANONICAL: dict[StructureKey, tuple] = {}
+
+
+def operand(A, name: str) -> scipy.sparse.csr_matrix:
+    """`A` as a checked canonical CSR matrix (native index and value dtypes).
+
+    A CSR matrix that already is one is remembered by the identity of its `indptr`/`indices`
+    (as `sp.ops` remembers checked structures): a later call with the same arrays checks its
+    values only (O(1)), not its O(nnz) structure. Changing the arrays in place afterwards is not
+    detected."""
+    if not scipy.sparse.issparse(A):
+        raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
+    if A.format == "csr" and isinstance(getattr(A, "indptr", None), np.ndarray):
+        key = StructureKey(id(A.indptr), id(A.indices), A.shape)
+        entry = _CANONICAL.get(key)
+        if entry is not None and entry[0]() is A.indptr and entry[1]() is A.indices:
+            check_values(A.data, len(A.indices), name)
+            if A.data.dtype in VALUE_DTYPES and A.data.flags.c_contiguous:
+                return A
+    C = canonical(native(check_matrix(A, name)))
+    if C is A:
+        _remember(key, A)
+    return C
+
+
+def _remember(key: StructureKey, A) -> None:
+    def forget(_ref, key=key):
+        entry = _CANONICAL.get(key)
+        if entry is not None and (entry[0]() is None or entry[1]() is None):
+            del _CANONICAL[key]
+
+    _CANONICAL[key] = (weakref.ref(A.indptr, forget), weakref.ref(A.indices, forget))
+
+
+def _common(mats: list, wide: bool = False) -> tuple[list, np.dtype, np.dtype]:
+    """The matrices with one index dtype (int64 if any has it, or `wide`) and their value dtype."""
+    idtype = np.dtype(np.int64) if wide or any(M.indices.dtype == np.int64 for M in mats) else np.dtype(np.int32)
+    dtype = np.dtype(np.float32) if all(M.dtype == np.float32 for M in mats) else np.dtype(np.float64)
+    out = []
+    for M in mats:
+        if M.indices.dtype != idtype:
+            M = _csr((M.data, M.indices.astype(idtype), M.indptr.astype(idtype)), M.shape, type(M))
+        out.append(M)
+    return out, idtype, dtype
+
+
+def _csr(arrays: tuple, shape: tuple[int, int], cls) -> scipy.sparse.csr_matrix:
+    """A canonical CSR matrix of `cls` holding exactly these arrays (scipy's constructor would
+    narrow int64 indices that fit int32)."""
+    data, indices, indptr = arrays
+    C = cls((data, indices, indptr), shape=shape, copy=False)
+    C.data, C.indices, C.indptr = data, indices, indptr
+    C.has_sorted_indices = True
+    C.has_canonical_format = True
+    return C
+
+
+def _result_class(A) -> type:
+    return scipy.sparse.csr_array if isinstance(A, scipy.sparse.sparray) else scipy.sparse.csr_matrix
+
+
+def _threads(threads, target: str, work: int) -> dict:
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
+            raise InputError(f"`threads` must be a positive integer, got {threads!r}")
+        if target != "cpu":
+            raise InputError(f"`threads` caps the Numba threads of the CPU target; target {target!r} takes none")
+        return {"threads": int(threads)}
+    return {"threads": 1} if target == "cpu" and work < PARALLEL_GRAIN else {}
+
+
+def _scalar(value, name: str) -> float:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise InputError(f"`{name}` must be a real number, got {value!r}")
+    return value
+
+
+def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
+    """Row boundaries of `parts` chunks of equal weight (row `i` weighs `weight_prefix[i + 1] -
+    weight_prefix[i]` plus one, so that empty rows are spread too): int32, `parts + 1` entries."""
+    m = len(weight_prefix) - 1
+    parts = max(1, min(parts, m))
+    cumulative = weight_prefix.astype(np.int64) + np.arange(m + 1, dtype=np.int64)
+    goals = cumulative[-1] * np.arange(parts + 1, dtype=np.int64) // parts
+    # The row boundary nearest to each goal, so that a heavy row across a goal ends its chunk
+    # or starts the next instead of dragging its neighbours along.
+    after = np.minimum(np.searchsorted(cumulative, goals, side="left"), m)
+    before = np.maximum(after - 1, 0)
+    nearer = goals - cumulative[before] < cumulative[after] - goals
+    bounds = np.maximum.accumulate(np.where(nearer, before, after)).astype(np.int32)
+    bounds[0], bounds[-1] = 0, m
+    return bounds
+
+
+#: At most this many bytes of dense workspaces (one per chunk) for one call: past it, fewer chunks.
+WORKSPACE_BYTES = 1 << 28
+
+
+def _parts(schedule, thread_args: dict, m: int, n: int = 0) -> int:
+    """How many chunks of rows: `schedule.rows_per_part` rows each (a CUDA block's), else
+    `schedule.parts_per_thread` per thread (0: one chunk), no more than one per thread where more
+    would allocate over WORKSPACE_BYTES of workspaces (12 bytes per column and chunk)."""
+    import numba
+
+    rows = getattr(schedule, "rows_per_part", None)
+    if rows is not None:
+        return max(1, -(-m // rows))
+    per_thread = getattr(schedule, "parts_per_thread", 1)
+    if per_thread == 0:
+        return 1
+    threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
+    return max(1, threads, min(per_thread * threads, WORKSPACE_BYTES // max(1, 12 * n)))
+
+
+# ------------------------------------------------------------------ SpGEMM
+def spgemm(
+    A, B, mask=None, *, target: str = "cpu", schedule: Callable | str | None = None, threads: int | None = None
+) -> scipy.sparse.csr_matrix:
+    """`A @ B` for scipy sparse `A` and `B`, canonical CSR out (see the module's docstring).
+
+    With `mask=M` (a sparse matrix of the result's shape) only the coordinates `M` stores are
+    computed: `(A @ B)` restricted to M's structure, as triangle counting needs (`M = A`).
+
+    >>> import numpy as np, sparsetir_py as sp
+    >>> from sparsetir_py.coiteration.operators import spgemm
+    >>> A = sp.data.load_matrix("karate")
+    >>> C = spgemm(A, A)
+    >>> C.has_canonical_format, abs(C - A @ A).max() < 1e-4
+    (True, True)
+    >>> int(spgemm(A, A, mask=A).sum()) // 6   # triangles of the karate club
+    45
+    """
+    chosen, schedule = schedule, resolve_schedule(target, schedule)
+    cls = _result_class(A)
+    A, B = operand(A, "A"), operand(B, "B")
+    if A.shape[1] != B.shape[0]:
+        raise InputError(f"`A` and `B` do not multiply: shapes {A.shape} and {B.shape}")
+    shape = (A.shape[0], B.shape[1])
+    mats = [A, B]
+    if mask is not None:
+        mask = operand(mask, "mask")
+        if mask.shape != shape:
+            raise InputError(f"`mask` must have the result's shape {shape}, got {mask.shape}")
+        if shape[0] > _MASKED_ROWS:
+            raise InputError(f"`mask`: a masked product takes at most {_MASKED_ROWS} rows, got {shape[0]}")
+        mats.append(mask)
+    mats, idtype, dtype = _common(mats)
+    A, B = mats[:2]
+    m, k = A.shape
+    n = shape[1]
+    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    # The symbolic pass is balanced by A's nonzeros; it measures each row's work (the lengths of
+    # the rows of B it selects), which balances the numeric pass.
+    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    if chosen is None and target == "cpu" and 12 * n > WORKSPACE_BYTES:
+        # Rows so wide that one dense workspace per thread would not fit the budget: hash tables
+        # sized by the widest row of the result instead.
+        from schedules import spgemm as shipped
+
+        schedule = names["schedule"] = shipped.cpu_hash
+    parts = _parts(schedule, thread_args, m, n)
+    hashed = mask is None and workspace_of(schedule) == "hash"
+    work = _work(A, B) if hashed or (mask is not None and _irregular(A)) else None
+    bounds = chunk_bounds(A.indptr if work is None else work, parts)
+    sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz}
+    operands = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "b_indices": B.indices}
+    values = {"a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False)}
+    if mask is not None:
+        M = mats[2]
+        t_data, t_indices = np.empty(M.nnz, dtype), np.empty(M.nnz, idtype)
+        counts = np.empty(m, idtype)
+        kernel("masked", **names)(
+            **operands, **values, **sizes, m_indptr=M.indptr, m_indices=M.indices, nnz_m=M.nnz, c_data=t_data,
+            c_indices=t_indices, c_count=counts, bounds=bounds, check_structure=False, **thread_args,
+            **_workspaces(schedule, sizes["parts"], n, dtype, True),
+        )  # fmt: skip
+        return _compacted(t_data, t_indices, M.indptr, counts, shape, cls, names, bounds, thread_args)
+    counts = np.empty(m, idtype)
+    # A hash table twice the widest row: at most the row's multiply-adds, at most n.
+    hsize = {"hsize": _table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
+    work = np.empty(m, np.int64)
+    kernel("count", **names)(
+        **operands, **sizes, c_count=counts, c_work=work, bounds=bounds, check_structure=False, **thread_args,
+        **_workspaces(schedule, sizes["parts"], n, dtype, False), **hsize,
+    )  # fmt: skip
+    work = _prefix(work)
+    if threads is None:
+        thread_args = _threads(None, target, int(work[-1]))
+    bounds = chunk_bounds(work, parts)
+    sizes["parts"] = len(bounds) - 1
+    indptr = _prefix(counts)
+    if indptr[-1] > _INT32_MAX and idtype == np.int32:
+        # The result needs 64-bit positions: the same product with int64 structure arrays.
+        A, B = _common([A, B], wide=True)[0]
+        return spgemm(A, B, target=target, schedule=schedule, threads=threads)
+    indptr = indptr.astype(idtype, copy=False)
+    nnz = int(indptr[-1])
+    data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
+    kernel("numeric", **names)(
+        **operands, **values, **sizes, c_data=data, c_indptr=indptr, c_indices=indices, nnz_c=nnz, bounds=bounds,
+        check_structure=False, **thread_args, **_workspaces(schedule, sizes["parts"], n, dtype, True),
+        **({"hsize": _table_size(int(counts.max(initial=0)))} if hashed else {}),
+    )  # fmt: skip
+    return _csr((data, indices, indptr), shape, cls)
+
+
+def _table_size(widest: int) -> int:
+    """Slots of a hash workspace for rows of at most `widest` entries: a power of two, at least
+    twice that (linear probing stays short at half load)."""
+    return 1 << max(1, (2 * widest - 1).bit_length())
+
+
+def _irregular(A) -> bool:
+    """Whether A's rows differ so much in length (a power-law graph's hubs) that balancing a
+    masked product by A's nonzeros would leave threads idle, and its work is worth measuring (a
+    gather over A's nonzeros: as long as the product itself on a mesh)."""
+    lengths = np.diff(A.indptr)
+    return len(lengths) > 0 and int(lengths.max()) > 8 * max(1.0, A.nnz / len(lengths))
+
+
+def _work(A, B) -> np.ndarray:
+    """The prefix sum of each row's multiply-adds in `A @ B` (the lengths of the rows of B that
+    the row of A selects): what balances a masked product of an irregular A (it has no symbolic
+    pass) and sizes the hash workspaces of the symbolic pass."""
+    selected = np.zeros(A.nnz + 1, np.int64)
+    np.cumsum(np.diff(B.indptr)[A.indices], out=selected[1:])
+    return selected[A.indptr]
+
+
+def _prefix(counts: np.ndarray) -> np.ndarray:
+    """indptr from per-row counts: the prefix sum (int64, so that it cannot wrap)."""
+    indptr = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr
+
+
+def _compacted(t_data, t_indices, t_start, counts, shape, cls, names: dict, bounds, thread_args: dict):
+    """The result from rows written at `t_start[i]` (`counts[i]` entries each): the same arrays
+    when every row filled its room, else copied to their canonical positions by `compact`."""
+    idtype = t_indices.dtype
+    indptr = _prefix(counts).astype(idtype, copy=False)
+    nnz = int(indptr[-1])
+    if nnz == len(t_indices):
+        return _csr((t_data, t_indices, indptr), shape, cls)
+    data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, idtype)
+    kernel("compact", **names)(
+        t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=data, c_indices=indices,
+        c_indptr=indptr, bounds=bounds, m=shape[0], parts=len(bounds) - 1, nnz_t=len(t_indices), nnz_c=nnz,
+        check_structure=False, **thread_args,
+    )  # fmt: skip
+    return _csr((data, indices, indptr), shape, cls)
+
+
+# ------------------------------------------------------------------ element-wise
+def add(
+    A,
+    B,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    *,
+    target: str = "cpu",
+    schedule: Callable | str | None = None,
+    threads: int | None = None,
+) -> scipy.sparse.csr_matrix:
+    """`alpha * A + beta * B` over the union of the structures (see the module's docstring).
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.coiteration.operators import add
+    >>> A = sp.data.load_matrix("karate")
+    >>> abs(add(A, A.T, 2.0, -1.0) - (2 * A - A.T)).max() < 1e-6
+    True
+    """
+    scalars = {"alpha": _scalar(alpha, "alpha"), "beta": _scalar(beta, "beta")}
+    return _ewise("add", A, B, scalars, target, schedule, threads)
+
+
+def multiply(
+    A, B, *, target: str = "cpu", schedule: Callable | str | None = None, threads: int | None = None
+) -> scipy.sparse.csr_matrix:
+    """`A * B` element-wise over the intersection of the structures (see the module's docstring).
+
+    >>> import sparsetir_py as sp
+    >>> from sparsetir_py.coiteration.operators import multiply
+    >>> A = sp.data.load_matrix("karate")
+    >>> abs(multiply(A, A.T) - A.multiply(A.T)).max() < 1e-6
+    True
+    """
+    return _ewise("multiply", A, B, {}, target, schedule, threads)
+
+
+def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scipy.sparse.csr_matrix:
+    schedule = resolve_schedule(target, schedule)
+    cls = _result_class(A)
+    A, B = operand(A, "A"), operand(B, "B")
+    if A.shape != B.shape:
+        raise InputError(f"`A` and `B` must have the same shape, got {A.shape} and {B.shape}")
+    (A, B), idtype, dtype = _common([A, B])
+    m = A.shape[0]
+    if _same_level(A, B):
+        return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls)
+    # A row's work is the entries the merge walks; it may write at most |A_i| + |B_i| entries
+    # (union) or min(|A_i|, |B_i|) (intersection).
+    work = A.indptr.astype(np.int64) + B.indptr
+    if op == "add":
+        start = work
+    else:
+        start = _prefix(np.minimum(np.diff(A.indptr), np.diff(B.indptr)))
+    if start[-1] > _INT32_MAX and idtype == np.int32:
+        (A, B), idtype, dtype = _common([A, B], wide=True)
+    start = start.astype(idtype)
+    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
+    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    room = int(start[-1])
+    t_data, t_indices, counts = np.empty(room, dtype), np.empty(room, idtype), np.empty(m, idtype)
+    kernel(op, **names)(
+        a_data=A.data.astype(dtype, copy=False), a_indptr=A.indptr, a_indices=A.indices,
+        b_data=B.data.astype(dtype, copy=False), b_indptr=B.indptr, b_indices=B.indices, c_data=t_data,
+        c_indices=t_indices, c_start=start, c_count=counts, bounds=bounds, m=m, parts=len(bounds) - 1,
+        nnz_a=A.nnz, nnz_b=B.nnz, nnz_c=room, check_structure=False, **thread_args, **scalars,
+    )  # fmt: skip
+    return _compacted(t_data, t_indices, start, counts, A.shape, cls, names, bounds, thread_args)
+
+
+def _same_level(A, B) -> bool:
+    """Whether A and B store the same coordinates (canonical CSR: the same indptr and indices)."""
+    if A.indptr is B.indptr and A.indices is B.indices:
+        return True
+    if A.nnz != B.nnz:
+        return False
+    return np.array_equal(A.indptr, B.indptr) and np.array_equal(A.indices, B.indices)
+
+
+def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls):
+    """`op` of two operands that share one level: the lattice's top point at every position."""
+    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
+    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    data = np.empty(A.nnz, dtype)
+    kernel("same_" + op, **names)(
+        a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False), c_data=data,
+        indptr=A.indptr, bounds=bounds, m=A.shape[0], parts=len(bounds) - 1, nnz=A.nnz, check_structure=False,
+        **thread_args, **scalars,
+    )  # fmt: skip
+    return _csr((data, A.indices.copy(), A.indptr.copy()), A.shape, cls)

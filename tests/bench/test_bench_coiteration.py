@@ -1,0 +1,43 @@
+"""`python -m bench.coiteration`: every operator on a shipped graph, checked against scipy, with
+ratios, the traffic model and the written report."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+from bench.coiteration import check, main, mesh, traffic
+
+
+def test_every_operator_on_a_small_graph(tmp_path, capsys):
+    assert main(["all", "--graphs", "karate", "--repeat", "3", "--budget", "0.01", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "coiteration.json").read_text())
+    assert [r["case"] for r in rows] == ["A @ A", "A @ A.T", "(A @ A) .* A", "A + A.T", "A + R", "A .* A.T", "A .* R"]
+    for r in rows:
+        assert r["ratio"]["scipy"] > 0 and r["error"]["ours"] < 1e-5 and r["bytes"] > 0
+    assert "| karate | `A @ A` |" in (tmp_path / "coiteration.md").read_text()
+    assert "karate" in capsys.readouterr().out
+
+
+def test_check_allows_only_the_zeros_scipy_drops():
+    A = mesh(4)
+    C = (A @ A).tocsr()
+    coo = C.tocoo()
+
+    def plus(value):  # C with one more stored entry, at (0, 15), which C does not store
+        data, row, col = np.append(coo.data, value), np.append(coo.row, 0), np.append(coo.col, 15)
+        return scipy.sparse.csr_matrix((data, (row, col)), shape=C.shape)
+
+    assert check(plus(0.0), C) == 0.0  # a stored zero where scipy stores nothing is allowed ...
+    with pytest.raises(AssertionError, match="nonzeros"):
+        check(plus(1.0), C)  # ... an entry scipy does not have is not
+
+
+def test_traffic_counts_the_rows_a_product_selects():
+    A = mesh(3)
+    C = A @ A
+    selected = int(np.diff(A.indptr)[A.indices].sum())
+    structure = lambda M: (M.shape[0] + 1) * 4 + M.nnz * 8  # noqa: E731
+    assert traffic("spgemm", A, A, C) == structure(A) + selected * 8 + structure(C)
+    assert traffic("add", A, A, C) == 2 * structure(A) + structure(C)
