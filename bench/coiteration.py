@@ -14,7 +14,7 @@ product); `add` times `A + A.T` and `A + R`, `multiply` `A.multiply(A.T)` and `A
 R is A with its rows reversed (for a symmetric A, A.T stores A's own coordinates: one loop over
 positions; R's differ: a merge). Every result is checked against
 scipy first (structure: ours may store the computed zeros scipy drops, see
-`sparsetir_py.coiteration.operators`). Calls are interleaved in rounds (`bench.measure.interleaved`);
+`sparsetir_py.ops.coiteration`). Calls are interleaved in rounds (`bench.measure.interleaved`);
 a ratio is the baseline's median over ours (above 1: sparsetir_py is faster). The traffic model
 counts the bytes a kernel must move at least (operands' structure and values, the rows of B each
 row of A selects, the result written) and reports them per second of ours. Writes
@@ -81,7 +81,7 @@ def mkl_product():
 
 def cases(op: str, A, threads: int) -> list[tuple[str, dict, callable]]:
     """(case name, {library: call}, check) for `op` on graph `A`."""
-    from sparsetir_py.coiteration.operators import add, multiply, spgemm
+    from sparsetir_py.ops.coiteration import add, multiply, spgemm
 
     At = A.T.tocsr()
     if op == "spgemm":

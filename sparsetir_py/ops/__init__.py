@@ -25,12 +25,13 @@ copies of A's `indptr`/`indices` (as scipy's `A.multiply` does), so changing it 
 
 One concern a module: `operators` (the call path and the operator table), `scripts` (the
 computations), `kernels` (the kernel cache), `repeat` (the repeated-call fast path), `auto`
-(`format="auto"`), `parts` (composable formats), `threads` (how many threads a call runs on).
+(`format="auto"`), `parts` (composable formats), `threads` (how many threads a call runs on),
+`coiteration` (sparse x sparse operators; their kernels are `sparsetir_py.coiteration`).
 """
 
 from __future__ import annotations
 
-from ..coiteration.operators import add, multiply, spgemm
+from .coiteration import add, multiply, spgemm
 from .operators import OPERATORS, sddmm, spmm
 from .scripts import SCRIPTS, sddmm_script, spmm_script
 

@@ -58,12 +58,14 @@ def fixed_width(target: str, schedule) -> bool:
 
 
 def resolve_schedule(op: str, target: str, schedule) -> Callable:
-    """`None` -> the default for (op, target); a name -> the shipped schedule; a callable as is.
-    `InputError` for an unknown target or schedule name."""
+    """`None` -> the default for (op, target); a name -> the shipped schedule
+    (`schedules/<op>.py`; SpGEMM's module serves `add` and `multiply` too); a callable as is.
+    `TargetError` for an unknown target, `InputError` for an unknown schedule name."""
     from schedules import sddmm as sddmm_schedules
+    from schedules import spgemm as spgemm_schedules
     from schedules import spmm as spmm_schedules
 
-    module = {"spmm": spmm_schedules, "sddmm": sddmm_schedules}[op]
+    module = {"spmm": spmm_schedules, "sddmm": sddmm_schedules, "spgemm": spgemm_schedules}[op]
     if target not in module.DEFAULT:
         raise TargetError(f"unknown target {target!r}: expected one of {', '.join(module.DEFAULT)}")
     if schedule is None:
@@ -72,4 +74,6 @@ def resolve_schedule(op: str, target: str, schedule) -> Callable:
         if schedule not in module.SCHEDULES:
             raise InputError(f"unknown {op} schedule {schedule!r}: expected one of {', '.join(module.SCHEDULES)}")
         return module.SCHEDULES[schedule]
+    if not callable(schedule):
+        raise InputError(f"`schedule` must be a name or a callable, got {type(schedule).__name__}")
     return schedule

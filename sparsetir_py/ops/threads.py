@@ -41,8 +41,9 @@ def check_threads(threads, target: str) -> int | None:
     return threads
 
 
-def thread_args(target: str, work: int, threads: int | None) -> dict:
-    """The kernel's `threads=`: the caller's, else 1 below the parallel grain on the CPU."""
+def thread_args(target: str, work: int, threads: int | None, grain: int | None = None) -> dict:
+    """The kernel's `threads=`: the caller's, else 1 below the parallel grain on the CPU (`grain`
+    where an operator measures its work in other units than multiply-adds)."""
     if threads is not None:
         return {"threads": threads}
-    return {"threads": 1} if target == "cpu" and work < parallel_grain() else {}
+    return {"threads": 1} if target == "cpu" and work < (parallel_grain() if grain is None else grain) else {}

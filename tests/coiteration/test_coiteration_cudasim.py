@@ -59,7 +59,7 @@ def matrices():
 
 
 def run(out: Path) -> None:
-    from sparsetir_py.coiteration.operators import add, multiply, spgemm
+    from sparsetir_py.ops.coiteration import add, multiply, spgemm
 
     results = {}
     for name, (A, B) in matrices().items():
@@ -97,7 +97,7 @@ def test_kernels_compile_to_ptx():
     reason = ptx_unavailable()
     if reason:
         pytest.skip(reason)
-    from sparsetir_py.coiteration.operators import kernel
+    from sparsetir_py.ops.coiteration import kernel
 
     for name in ("count", "numeric", "masked", "add", "multiply", "compact", "same_add"):
         ptx = kernel(name, "int32", "float32", target="cuda").ptx(cc=(8, 0))

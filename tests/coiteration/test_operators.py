@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from strategies import csr_matrices, edge_matrices, make_csr
 
 import sparsetir_py as sp
-from sparsetir_py.coiteration import operators
-from sparsetir_py.coiteration.operators import add, multiply, spgemm
 from sparsetir_py.data import load_matrix
+from sparsetir_py.ops import coiteration as operators
+from sparsetir_py.ops.coiteration import add, multiply, spgemm
 
 
 # ------------------------------------------------------------------ references

@@ -82,6 +82,7 @@ def test_every_tutorial_is_in_the_toctree():
 DOCTEST_MODULES = [
     "sparsetir_py.driver",
     "sparsetir_py.ops.operators",
+    "sparsetir_py.ops.coiteration",
     "sparsetir_py.data",
     "sparsetir_py.display",
     "sparsetir_py.viz",

@@ -30,20 +30,20 @@ dense workspaces), `cpu_hash` (hash workspaces, the default where dense ones wou
 from __future__ import annotations
 
 import numbers
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
 
 from ..arith.lattice import lattice
-from ..driver import compile as compile_pipeline
+from ..coiteration import kernels
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
+from ..operands import remember_structure, structure_checked
 from ..runtime.kernel import Kernel
 from ..script import from_script
-from . import kernels
+from .kernels import KernelKey, compiled, resolve_schedule
+from .threads import check_threads, thread_args
 
 #: Below this much work (multiply-adds or merged entries) a call runs on one thread: waking
 #: Numba's thread pool costs more than it saves.
@@ -51,20 +51,6 @@ PARALLEL_GRAIN = 1 << 15
 _INT32_MAX = int(np.iinfo(np.int32).max)
 #: The masked kernel marks columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
 _MASKED_ROWS = (_INT32_MAX - 3) // 2
-
-
-@dataclass(frozen=True)
-class KernelKey:
-    """One compiled kernel: which script, for which dtypes, target and schedule."""
-
-    script: str
-    idtype: str
-    dtype: str
-    target: str
-    schedule: Callable
-
-
-_KERNELS: dict[KernelKey, Kernel] = {}
 
 
 def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str:
@@ -90,13 +76,9 @@ EWISE = {"add": ("alpha * A + beta * B", ("alpha", "beta")), "multiply": ("A * B
 def kernel(name: str, idtype: str, dtype: str, target: str = "cpu", schedule=None) -> Kernel:
     """The compiled kernel `name` ("count", "numeric", "masked", "compact", "add", "multiply"),
     built once per dtypes, target and schedule."""
-    schedule = resolve_schedule(target, schedule)
-    key = KernelKey(name, idtype, dtype, target, schedule)
-    found = _KERNELS.get(key)
-    if found is None:
-        mod = from_script(_script(name, idtype, dtype, workspace_of(schedule)))
-        found = _KERNELS[key] = compile_pipeline(mod, target, schedule=schedule)
-    return found
+    schedule = resolve_schedule("spgemm", target, schedule)
+    key = KernelKey(name, "csr", dtype, idtype, target, None, schedule)
+    return compiled(key, lambda: from_script(_script(name, idtype, dtype, workspace_of(schedule))))
 
 
 def workspace_of(schedule) -> str:
@@ -117,65 +99,24 @@ def _workspaces(schedule, parts: int, n: int, dtype, accumulate: bool) -> dict:
     return out
 
 
-def resolve_schedule(target: str, schedule) -> Callable:
-    """`None` -> the default for `target`; a name -> the shipped schedule; a callable as is."""
-    from schedules import spgemm as shipped
-
-    if target not in shipped.DEFAULT:
-        raise InputError(f"unknown target {target!r}: expected one of {', '.join(shipped.DEFAULT)}")
-    if schedule is None:
-        return shipped.DEFAULT[target]
-    if isinstance(schedule, str):
-        if schedule not in shipped.SCHEDULES:
-            raise InputError(f"unknown spgemm schedule {schedule!r}: expected one of {', '.join(shipped.SCHEDULES)}")
-        return shipped.SCHEDULES[schedule]
-    if not callable(schedule):
-        raise InputError(f"`schedule` must be a name or a callable, got {type(schedule).__name__}")
-    return schedule
-
-
 # ------------------------------------------------------------------ operands
-@dataclass(frozen=True)
-class StructureKey:
-    """A CSR structure that passed the checks, by the identity of its arrays (held weakly)."""
-
-    indptr: int
-    indices: int
-    shape: tuple[int, int]
-
-
-_CANONICAL: dict[StructureKey, tuple] = {}
-
-
 def operand(A, name: str) -> scipy.sparse.csr_matrix:
     """`A` as a checked canonical CSR matrix (native index and value dtypes).
 
     A CSR matrix that already is one is remembered by the identity of its `indptr`/`indices`
-    (as `sp.ops` remembers checked structures): a later call with the same arrays checks its
+    (`operands.STRUCTURES`, as `sp.ops` remembers checked structures): a later call with the same arrays checks its
     values only (O(1)), not its O(nnz) structure. Changing the arrays in place afterwards is not
     detected."""
     if not scipy.sparse.issparse(A):
         raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
-    if A.format == "csr" and isinstance(getattr(A, "indptr", None), np.ndarray):
-        key = StructureKey(id(A.indptr), id(A.indices), A.shape)
-        entry = _CANONICAL.get(key)
-        if entry is not None and entry[0]() is A.indptr and entry[1]() is A.indices:
-            check_values(A.data, len(A.indices), name)
-            if A.data.dtype in VALUE_DTYPES and A.data.flags.c_contiguous:
-                return A
+    if A.format == "csr" and isinstance(getattr(A, "indptr", None), np.ndarray) and structure_checked(A):
+        check_values(A.data, len(A.indices), name)
+        if A.data.dtype in VALUE_DTYPES and A.data.flags.c_contiguous:
+            return A
     C = canonical(native(check_matrix(A, name)))
     if C is A:
-        _remember(key, A)
+        remember_structure(A)
     return C
-
-
-def _remember(key: StructureKey, A) -> None:
-    def forget(_ref, key=key):
-        entry = _CANONICAL.get(key)
-        if entry is not None and (entry[0]() is None or entry[1]() is None):
-            del _CANONICAL[key]
-
-    _CANONICAL[key] = (weakref.ref(A.indptr, forget), weakref.ref(A.indices, forget))
 
 
 def _common(mats: list, wide: bool = False) -> tuple[list, np.dtype, np.dtype]:
@@ -206,13 +147,9 @@ def _result_class(A) -> type:
 
 
 def _threads(threads, target: str, work: int) -> dict:
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
-            raise InputError(f"`threads` must be a positive integer, got {threads!r}")
-        if target != "cpu":
-            raise InputError(f"`threads` caps the Numba threads of the CPU target; target {target!r} takes none")
-        return {"threads": int(threads)}
-    return {"threads": 1} if target == "cpu" and work < PARALLEL_GRAIN else {}
+    """The kernels' `threads=`: the caller's (checked as `sp.ops` checks it), else one thread
+    below `PARALLEL_GRAIN` of work on the CPU."""
+    return thread_args(target, work, check_threads(threads, target), grain=PARALLEL_GRAIN)
 
 
 def _scalar(value, name: str) -> float:
@@ -268,15 +205,15 @@ def spgemm(
     computed: `(A @ B)` restricted to M's structure, as triangle counting needs (`M = A`).
 
     >>> import numpy as np, sparsetir_py as sp
-    >>> from sparsetir_py.coiteration.operators import spgemm
+    >>> from sparsetir_py.ops import spgemm
     >>> A = sp.data.load_matrix("karate")
     >>> C = spgemm(A, A)
-    >>> C.has_canonical_format, abs(C - A @ A).max() < 1e-4
+    >>> C.has_canonical_format, bool(abs(C - A @ A).max() < 1e-4)
     (True, True)
     >>> int(spgemm(A, A, mask=A).sum()) // 6   # triangles of the karate club
     45
     """
-    chosen, schedule = schedule, resolve_schedule(target, schedule)
+    chosen, schedule = schedule, resolve_schedule("spgemm", target, schedule)
     cls = _result_class(A)
     A, B = operand(A, "A"), operand(B, "B")
     if A.shape[1] != B.shape[0]:
@@ -411,9 +348,9 @@ def add(
     """`alpha * A + beta * B` over the union of the structures (see the module's docstring).
 
     >>> import sparsetir_py as sp
-    >>> from sparsetir_py.coiteration.operators import add
+    >>> from sparsetir_py.ops import add
     >>> A = sp.data.load_matrix("karate")
-    >>> abs(add(A, A.T, 2.0, -1.0) - (2 * A - A.T)).max() < 1e-6
+    >>> bool(abs(add(A, A.T, 2.0, -1.0) - (2 * A - A.T)).max() < 1e-6)
     True
     """
     scalars = {"alpha": _scalar(alpha, "alpha"), "beta": _scalar(beta, "beta")}
@@ -426,16 +363,16 @@ def multiply(
     """`A * B` element-wise over the intersection of the structures (see the module's docstring).
 
     >>> import sparsetir_py as sp
-    >>> from sparsetir_py.coiteration.operators import multiply
+    >>> from sparsetir_py.ops import multiply
     >>> A = sp.data.load_matrix("karate")
-    >>> abs(multiply(A, A.T) - A.multiply(A.T)).max() < 1e-6
+    >>> bool(abs(multiply(A, A.T) - A.multiply(A.T)).max() < 1e-6)
     True
     """
     return _ewise("multiply", A, B, {}, target, schedule, threads)
 
 
 def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scipy.sparse.csr_matrix:
-    schedule = resolve_schedule(target, schedule)
+    schedule = resolve_schedule("spgemm", target, schedule)
     cls = _result_class(A)
     A, B = operand(A, "A"), operand(B, "B")
     if A.shape != B.shape:
