@@ -112,7 +112,7 @@ def test_fused_cuda_kernels_in_the_simulator(tmp_path):
 @pytest.mark.skipif(ptx_unavailable() is not None, reason=str(ptx_unavailable()))
 def test_fused_cuda_kernel_compiles_to_ptx():
     A = matrix(30, 20, 3)
-    rules = format_rules.hyb.rules(A, 4, [1, 2, 4])
+    rules = format_rules.hyb.rules(A, 2, [1, 2, 4])  # six parts in one launch
     mod = sp.remove_preprocess(sp.decompose_format(spmm_script(), rules))
     kernel = sp.compile(mod, "cuda", schedule=parts("cuda"), specialize={"feat": 64})
     for cc in ((8, 0), (9, 0)):
