@@ -30,6 +30,7 @@ from sparsetir_py.commandline import (
     positive_int,
 )
 
+from . import coiteration
 from .graphs import DEFAULT_GRAPHS, graph_file_stem, is_graph_file, known_graphs, load_graph
 from .libraries import BASELINES, OURS
 from .report import finish, summary, write
@@ -226,6 +227,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Entry point of `python -m bench`, `sparsetir-bench` and `sparsetir-py bench`; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     prog = prog or program_name()
+    if argv and argv[0] in coiteration.OPS:  # sparse x sparse operators: their own paired run
+        return coiteration.main(argv, prog=prog)
     p = parser(prog)
     args = p.parse_args(argv)
     problem = check(args)

@@ -166,8 +166,8 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join([*head, *body]) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.coiteration", description=__doc__.splitlines()[0])
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog or "python -m bench.coiteration", description=__doc__.splitlines()[0])
     p.add_argument("op", choices=[*OPS, "all"])
     p.add_argument("--graphs", nargs="+", metavar="NAME", help="shipped graph names or .npz/.mtx paths instead")
     p.add_argument("--rmat-scale", type=int, default=15, help="R-MAT graph of 2^scale vertices (default 15)")
@@ -181,8 +181,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """`python -m bench spgemm|masked|add|multiply|all ...` (or `python -m bench.coiteration`)."""
+    args = parser(prog).parse_args(argv)
     if args.smoke:
         args.rmat_scale, args.mesh, args.repeat, args.budget = 10, 60, 5, 0.5
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")

@@ -41,3 +41,14 @@ def test_traffic_counts_the_rows_a_product_selects():
     structure = lambda M: (M.shape[0] + 1) * 4 + M.nnz * 8  # noqa: E731
     assert traffic("spgemm", A, A, C) == structure(A) + selected * 8 + structure(C)
     assert traffic("add", A, A, C) == 2 * structure(A) + structure(C)
+
+
+def test_python_m_bench_runs_the_sparse_operators(capsys):
+    """`python -m bench spgemm|masked|add|multiply` is the co-iteration bench, under bench's name."""
+    from bench.__main__ import main as bench_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench_main(["add", "--help"], prog="python -m bench")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m bench") and "{spgemm,masked,add,multiply,all}" in out
