@@ -663,7 +663,10 @@ def _floordiv(e: AffineExpr, c: int) -> AffineExpr:
     atom = dividend.atom
     if isinstance(atom, Mod) and atom.divisor % c == 0:
         return _mod(_floordiv(atom.lhs, c), atom.divisor // c) + rest
-    return _build({**outside, FloorDiv(dividend, c): 1}, q)
+    # The quotient may already stand among the pulled-out terms (`(x + 9 (x fd 3)) fd 3` keeps
+    # `3 (x fd 3)` outside): coefficients add, a dict merge would drop the outside one.
+    quotient = FloorDiv(dividend, c)
+    return _build({**outside, quotient: outside.get(quotient, 0) + 1}, q)
 
 
 def _merge_inner_floordiv(dividend: AffineExpr, c: int) -> AffineExpr | None:

@@ -265,3 +265,12 @@ def test_simplified_results_never_need_more_divisions(m):
     if not s.known_empty:
         for before, after in zip(m.results, s.results):
             assert divisions(after) <= divisions(before), (str(m), str(s))
+
+
+def test_floordiv_adds_to_a_quotient_already_pulled_out():
+    """`(s0 + 9 (s0 fd -3)) fd -3` keeps `-3 (s0 fd -3)` outside and makes `s0 fd -3` again: the
+    two are one term of coefficient -2 (the dividend's quotient was once lost in a dict merge)."""
+    s0 = symbol(0)
+    e = (s0 + s0.floordiv(-3) * 9).floordiv(-3)
+    for v in range(-12, 13):
+        assert e.evaluate((), (v,)) == (v + 9 * (v // -3)) // -3, (str(e), v)
