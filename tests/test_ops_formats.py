@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import csr_matrices
 
@@ -52,6 +52,9 @@ def test_formats_on_real_graphs(fmt, graph):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(A=paired_matrices(20, 20), feat=st.sampled_from([1, 3, 8]))
 def test_formats_on_drawn_matrices(fmt, A, feat):
+    # hyb's eight parts compile in ~20 s per dtype pair and schedule: drawn with int64/float64
+    # only (cora and lp_afiro run it with int32/float32 in `test_formats_on_real_graphs`).
+    assume(fmt != "hyb" or A.dtype == np.float64)
     B = np.random.default_rng(feat).standard_normal((A.shape[1], feat)).astype(A.dtype)
     C = sp.ops.spmm(A, B, format=fmt, **FORMATS[fmt])
     assert C.dtype == A.dtype and C.shape == (A.shape[0], feat)
@@ -64,6 +67,7 @@ def test_formats_on_drawn_matrices(fmt, A, feat):
 @given(A=paired_matrices(18, 18), feat=st.sampled_from([1, 4]))
 def test_sddmm_formats_keep_the_structure_of_A(fmt, A, feat):
     """The output moves to the parts' formats and back: A's structure and order, A.multiply's values."""
+    assume(fmt != "hyb" or A.dtype == np.float64)  # as in `test_formats_on_drawn_matrices`
     rng = np.random.default_rng(feat)
     X = rng.standard_normal((A.shape[0], feat)).astype(A.dtype)
     Y = rng.standard_normal((A.shape[1], feat)).astype(A.dtype)
