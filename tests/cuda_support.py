@@ -57,3 +57,20 @@ def _simulate_once(script: Path, out: Path, cache: Path) -> tuple[dict[str, str]
     results = json.loads(out.with_suffix(".json").read_text())
     with np.load(out) as saved:
         return results, dict(saved)
+
+
+def simulate_cases(out: Path, cases, run) -> None:
+    """The simulator side of `simulated_run` for a test module of named cases: `run(case)` for
+    each, its output saved in `out` (.npz) and "ok" or the traceback in `out.json`, so that one
+    failing case is reported by its own test."""
+    import traceback
+
+    outputs, results = {}, {}
+    for case in cases:
+        try:
+            outputs[case] = run(case)
+            results[case] = "ok"
+        except Exception:
+            results[case] = traceback.format_exc()
+    np.savez(out, **outputs)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1))

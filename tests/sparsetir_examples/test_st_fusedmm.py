@@ -25,7 +25,7 @@ import traceback
 import numpy as np
 import pytest
 import scipy.sparse
-from cuda_support import simulated_run
+from cuda_support import simulate_cases, simulated_run
 
 import sparsetir_py as sp
 from sparsetir_py import script as T
@@ -131,15 +131,7 @@ def run(engine: str, case: str) -> np.ndarray:
 
 
 def simulate(out: Path) -> None:
-    outputs, results = {}, {}
-    for case in SIMULATED:
-        try:
-            outputs[case] = run("cuda", case)
-            results[case] = "ok"
-        except Exception:
-            results[case] = traceback.format_exc()
-    np.savez(out, **outputs)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    simulate_cases(out, SIMULATED, lambda case: run("cuda", case))
 
 
 @pytest.fixture(scope="module")
