@@ -31,6 +31,9 @@ from .measure import check_result, geomean, operands_and_reference
 GRAPHS = ("cora", "citeseer", "pubmed")
 WIDTHS = (32, 128, 512)
 BASELINES = ("cusparse", "torch-cuda")
+#: Ours: the default CUDA schedule called as a compiled kernel, and `sp.ops` on device-resident
+#: operands with format="auto" (CSR on CUDA today) and "hyb" (horizontally fused parts; SpMM).
+OURS = ("sparsetir-cuda", "ops-auto", "ops-hyb")
 
 
 def torch_cuda(op: str, A, operands) -> Prepared:
@@ -58,9 +61,47 @@ def torch_cuda(op: str, A, operands) -> Prepared:
     return Prepared(lambda: torch.sparse.sampled_addmm(At, Xt, Yt.T, beta=0.0, alpha=1.0), extract)
 
 
+def ops_device(op: str, A, operands, format: str) -> Prepared:
+    """`sp.ops` with Numba device arrays for the dense operands and a scipy A (its structure goes
+    to the device once, its values per call): what a user's repeated call costs, host work
+    included."""
+    from numba import cuda
+
+    import sparsetir_py as sp
+
+    if op == "spmm":
+        B = cuda.to_device(operands["B"])
+        out = cuda.device_array((A.shape[0], B.shape[1]), np.float32)
+        fn = lambda: sp.ops.spmm(A, B, format=format, target="cuda", out=out)  # noqa: E731
+        return Prepared(fn, lambda C: C.copy_to_host(), sync=cuda.synchronize)
+    if format != "auto":
+        raise ValueError(f"sp.ops SDDMM with format={format!r} on device operands is not built yet")
+    X, Y = cuda.to_device(operands["X"]), cuda.to_device(operands["Y"])
+    fn = lambda: sp.ops.sddmm(A, X, Y, format=format, target="cuda")  # noqa: E731
+    return Prepared(fn, lambda values: values.copy_to_host(), sync=cuda.synchronize)
+
+
+def host_us(fn, calls: int = 200) -> float:
+    """Microseconds of host time per call of `fn` (launches are asynchronous: the wall time of
+    `calls` back-to-back calls, the device drained before and after, over `calls`; an upper
+    bound where the device is the slower side)."""
+    from numba import cuda
+
+    fn()
+    cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
 def prepare(name: str, op: str, A, operands) -> Prepared:
     if name == "torch-cuda":
         return torch_cuda(op, A, operands)
+    if name.startswith("ops-"):
+        return ops_device(op, A, operands, name[4:])
     return LIBRARIES[name].prepare(op, A, operands)
 
 
@@ -78,7 +119,7 @@ def event_median(fn, repeat: int) -> float:
         fn()
         end.record()
         end.synchronize()
-        times.append(cuda.event_elapsed_time(start, end))
+        times.append(start.elapsed_time(end))
     return statistics.median(times)
 
 
@@ -107,7 +148,7 @@ def run(graphs, widths, repeat: int) -> list[dict]:
                 row = {"op": op, "graph": graph, "width": width, "nnz": A.nnz}
                 out_shape = (A.shape[0], width) if op == "spmm" else (A.nnz,)
                 row["transfer_ms"] = round(transfer_ms(op, A, operands, out_shape), 4)
-                for name in ("sparsetir-cuda", *BASELINES):
+                for name in (*OURS, *BASELINES):
                     row[name] = _measure(name, op, A, operands, ref, repeat)
                 rows.append(row)
                 print(_line(row), flush=True)
@@ -120,7 +161,10 @@ def _measure(name, op, A, operands, ref, repeat) -> dict:
         check = check_result(prepared.extract(prepared.fn()), ref)
         if not check.ok:
             return {"status": f"wrong: {check.message}"}
-        return {"status": "ok", "ms": round(event_median(prepared.fn, repeat), 4)}
+        cell = {"status": "ok", "ms": round(event_median(prepared.fn, repeat), 4)}
+        if name.startswith("ops-"):
+            cell["host_us"] = round(host_us(prepared.fn), 1)
+        return cell
     except Exception as e:  # a missing library or a failed run is a row note, not the end
         return {"status": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
 
@@ -130,16 +174,26 @@ def _ms(cell: dict) -> str:
 
 
 def _line(row) -> str:
-    cells = " | ".join(_ms(row[n]) for n in ("sparsetir-cuda", *BASELINES))
-    return f"| {row['op']} | {row['graph']} | {row['width']} | {cells} | {_speedup(row)} | {row['transfer_ms']:.3f} |"
+    cells = " | ".join(_ms(row[n]) for n in (*OURS, *BASELINES))
+    host = row["ops-auto"].get("host_us", "")
+    return (
+        f"| {row['op']} | {row['graph']} | {row['width']} | {cells} | {_speedup(row)} | {_speedup(row, 'ops-auto')} "
+        f"| {host} | {row['transfer_ms']:.3f} |"
+    )
 
 
-def _speedup(row) -> str:
-    ours = row["sparsetir-cuda"]
+def _speedup(row, ours: str = "sparsetir-cuda") -> str:
+    mine = row[ours]
     best = [row[n]["ms"] for n in BASELINES if row[n].get("status") == "ok"]
-    if ours.get("status") != "ok" or not best:
+    if mine.get("status") != "ok" or not best:
         return ""
-    return f"{min(best) / ours['ms']:.2f}x"
+    return f"{min(best) / mine['ms']:.2f}x"
+
+
+HEADER = (
+    "| op | graph | width | ours ms | ops-auto ms | ops-hyb ms | cuSPARSE ms | torch ms | speedup "
+    "| ops-auto speedup | host us | transfer ms |"
+)
 
 
 def write(out: Path, rows: list[dict], device: str, note: str = "") -> None:
@@ -158,17 +212,22 @@ def write(out: Path, rows: list[dict], device: str, note: str = "") -> None:
             "ms: median of CUDA-event times, device-resident operands; speedup: the best baseline's time / ours;",
             "transfer: A, the dense operands to the device and the result back, once (not in the other columns).",
             "",
-            "| op | graph | width | ours ms | cuSPARSE ms | torch ms | speedup | transfer ms |",
-            "|---|---|---|---|---|---|---|---|",
+            "ops-auto / ops-hyb: `sp.ops` on device arrays (host work included); host us: per repeated",
+            "ops-auto call, launches not waited for.",
+            "",
+            HEADER,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
             *(_line(r) for r in rows),
             "",
         ]
         for op in ("spmm", "sddmm"):
-            ratios = [float(_speedup(r)[:-1]) for r in rows if r["op"] == op and _speedup(r)]
-            if ratios:
-                lines.append(
-                    f"{op}: geomean speedup over the best baseline {geomean(ratios):.2f}x ({len(ratios)} rows)"
-                )
+            for ours in ("sparsetir-cuda", "ops-auto", "ops-hyb"):
+                ratios = [float(_speedup(r, ours)[:-1]) for r in rows if r["op"] == op and _speedup(r, ours)]
+                if ratios:
+                    lines.append(
+                        f"{op}, {ours}: geomean speedup over the best baseline {geomean(ratios):.2f}x "
+                        f"({len(ratios)} rows)"
+                    )
     (out / "bench-cuda.md").write_text("\n".join(lines) + "\n")
 
 
@@ -186,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from numba import cuda
 
-    name = cuda.get_current_device().name
+    name = getattr(cuda.get_current_device(), "name", "Numba's CUDA simulator")
     device = name.decode() if isinstance(name, bytes) else str(name)
-    print("| op | graph | width | ours ms | cuSPARSE ms | torch ms | speedup | transfer ms |", flush=True)
+    print(HEADER, flush=True)
     rows = run(args.graphs, args.widths, args.repeat)
     write(out, rows, device)
     print(f"wrote {out / 'bench-cuda.md'}")

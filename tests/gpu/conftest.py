@@ -85,6 +85,8 @@ def _first_line(report) -> str:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller, which sees every report, writes it
     if not _RESULTS or os.environ.get("SPARSETIR_TEST_GPU") not in ("1", "sim"):
         return  # a plain `pytest` run skipped them: no report
     out = report_dir()
