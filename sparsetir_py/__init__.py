@@ -4,7 +4,8 @@ import sparsetir_py as sp
 from sparsetir_py import script as T
 """
 
-from . import data, format, ir, ops, script, tune
+# `compat` first: it restores the numpy aliases Numba's CUDA target still names.
+from . import compat, data, format, ir, ops, script, tune  # noqa: F401 (compat: imported for its effect)
 from .driver import compile
 from .errors import (
     CodegenError,
