@@ -104,6 +104,17 @@ def test_conversion_is_cached_per_structure():
     np.testing.assert_allclose(C, 6 * (A @ np.ones((A.shape[1], 4))), rtol=1e-4)
 
 
+def test_conversion_facts_are_computed_once():
+    """What every call asks of a conversion (whether parts share rows, whether they pad) is
+    computed once per structure: the `np.unique` over the parts' rows cost more than the SpMM."""
+    A = load_matrix("cora").astype(np.float32)
+    conversion = parts.converted(
+        format_rules.hyb, A.tocsr(), {"num_col_parts": 2, "buckets": [2, 8]}, "float32", "int32"
+    )
+    assert conversion.shares_rows and conversion.pads  # column parts share rows; short rows pad
+    assert {"shares_rows", "pads"} <= set(vars(conversion))  # cached on the conversion
+
+
 def test_a_rule_module_as_format():
     A = load_matrix("karate").astype(np.float32)
     B = np.random.default_rng(1).standard_normal((A.shape[1], 5)).astype(np.float32)

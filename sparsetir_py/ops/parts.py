@@ -12,6 +12,7 @@ one gather per part, with no conversion again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -44,15 +45,18 @@ class Conversion:
         padded = np.concatenate([np.zeros(1, dtype), np.asarray(data, dtype=dtype)])
         return {name: padded[where] for name, where in self.gathers.items()}
 
-    @property
+    @cached_property
     def pads(self) -> bool:
-        """Whether a part holds padding: a slot that gathers no value of A."""
+        """Whether a part holds padding: a slot that gathers no value of A (computed once: every
+        call asks)."""
         return any(not where.all() for where in self.gathers.values())
 
-    @property
+    @cached_property
     def shares_rows(self) -> bool:
         """Whether two parts, or two layers of one part, may hold the same row of A: False only
-        when every part lists its rows (`rows_<rule>`, as ELL/hyb parts do) and no row repeats."""
+        when every part lists its rows (`rows_<rule>`, as ELL/hyb parts do) and no row repeats.
+        Computed once per conversion: every call asks, and the `np.unique` over all parts' rows
+        cost 3 ms a call on pubmed's hyb (2 column parts), five times CSR's whole SpMM."""
         rows = [self.structure.get(f"rows_{r.name}") for r in self.rules]
         if any(not isinstance(r, np.ndarray) for r in rows):
             return True

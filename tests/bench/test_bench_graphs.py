@@ -107,6 +107,14 @@ def test_every_real_graph_is_listed():
     assert "rmat" in graphs.known_graphs()
 
 
+def test_large_rmat_outgrows_the_caches():
+    """`rmat-large` (issue 24's column partitions): B at width 128 is 100 MB, not a cached size;
+    it is not in the default set (the runs take seconds)."""
+    params = graphs.SYNTHETIC["rmat-large"]
+    assert params.n * 128 * 4 >= 100e6 and params.nnz == 2_700_000 and params.n <= 2**params.scale
+    assert "rmat-large" not in graphs.DEFAULT_GRAPHS
+
+
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_real_graphs_are_shipped_and_canonical(name):
     A = load_graph(name)
@@ -118,7 +126,7 @@ def test_real_graphs_are_shipped_and_canonical(name):
 
 
 def test_known_graphs_are_the_shipped_ones_and_rmat():
-    assert graphs.known_graphs() == [*available(), "rmat"]
+    assert graphs.known_graphs() == [*available(), "rmat", "rmat-large"]
     with pytest.raises(KeyError, match="no matrix 'nope'"):
         load_graph("nope")
 
