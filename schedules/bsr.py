@@ -11,8 +11,8 @@ SpMM (`bsr_cpu_spmm`), per block row and per stored block, for each feature `k`:
 
     C[io*b + ii, k] += sum_ji A[io, jo, ii, ji] * B[col*b + ji, k]     for ii, ji < b, unrolled
 
-The feature loop is the innermost loop: it is vectorised, and in each of its iterations every
-element of the b rows of B is loaded once and used for b output rows (b^2 multiply-adds per
+The feature loop is the innermost loop: it is vectorised, and (for b <= `WHOLE_BLOCK`) in each of
+its iterations every element of the b rows of B is loaded once and used for b output rows (b^2 multiply-adds per
 b loads of B and b updates of C, where CSR does one multiply-add per load of B). The b^2 values
 of the block and its column are loaded once per block, before the feature loop
 (`hoist_loop_invariants`). Block rows run in parallel, one range of equal blocks per thread
@@ -20,8 +20,8 @@ of the block and its column are loaded once per block, before the feature loop
 
 SDDMM (`bsr_cpu_sddmm`), per stored block, the b x b dot products of b rows of X with b rows of Y
 in one sweep over the features: each element of X's b rows is loaded once for b products (for
-b <= 4 all b^2 sums live in registers; for larger blocks one row of the block at a time, b sums,
-so they still fit the vector registers).
+b <= `WHOLE_BLOCK` all b^2 sums live in registers; for larger blocks one row of the block at a
+time, b sums).
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ from sparsetir_py.schedule.state import find_loop
 
 from .common import fixed_width
 
-#: SDDMM keeps all b x b dot products of a block in flight up to this block size; above it, one
-#: row of the block (b products) at a time.
-SDDMM_WHOLE_BLOCK = 4
+#: Up to this block size the whole b x b block product is unrolled inside the feature loop; above
+#: it, one row of the block at a time (b cells unrolled, the block's rows a loop around the
+#: features): 36 or 64 unrolled cells take Numba 40-60 s to compile, and SDDMM's b^2 sums would
+#: not fit the vector registers.
+WHOLE_BLOCK = 4
 
 
 def _parts(sch: Schedule) -> list[tuple[str, str]]:
@@ -66,8 +68,11 @@ def bsr_cpu_spmm(sch: Schedule) -> None:
     for outer, inner in _parts(sch):
         _block_rows(sch, outer)
         jo, ii, ji, k = sch.get_loops(sch.get_block(inner))
-        sch.reorder(jo, k, ii, ji)
-        sch.unroll(ii)
+        if _extent(sch, ii) <= WHOLE_BLOCK:
+            sch.reorder(jo, k, ii, ji)
+            sch.unroll(ii)
+        else:
+            sch.reorder(jo, ii, k, ji)
         sch.unroll(ji)
 
 
@@ -80,16 +85,13 @@ def bsr_cpu_sddmm(sch: Schedule) -> None:
         _block_rows(sch, outer)
         block = sch.get_block(inner)
         jo, ii, ji, k = sch.get_loops(block)
-        b = _extent(sch, ii)
-        if b <= SDDMM_WHOLE_BLOCK:
-            sch.reorder(jo, k, ii, ji)
-            init = sch.decompose_reduction(block, k)
+        whole = _extent(sch, ii) <= WHOLE_BLOCK
+        sch.reorder(*((jo, k, ii, ji) if whole else (jo, ii, k, ji)))
+        init = sch.decompose_reduction(block, k)
+        if whole:
             sch.unroll(ii)
-        else:
-            sch.reorder(jo, ii, k, ji)
-            init = sch.decompose_reduction(block, k)
         sch.unroll(ji)
-        for loop in sch.get_loops(init)[-2:]:
+        for loop in sch.get_loops(init)[-2 if whole else -1 :]:
             sch.unroll(loop)
 
 
