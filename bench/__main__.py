@@ -31,7 +31,7 @@ from sparsetir_py.commandline import (
 )
 
 from . import coiteration
-from .graphs import DEFAULT_GRAPHS, graph_file_stem, is_graph_file, known_graphs, load_graph
+from .graphs import DEFAULT_GRAPHS, expand_sets, graph_file_stem, is_graph_file, known_graphs, load_graph
 from .libraries import BASELINES, OURS
 from .report import finish, summary, write
 from .runner import DEFAULT_OUT, Config, run
@@ -120,7 +120,7 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
 def configs(args: argparse.Namespace) -> list[Config]:
     """One `Config` per operator from the parsed arguments (`--smoke` fills unset options)."""
     smoke = SMOKE if args.smoke else {}
-    graphs = args.graphs or smoke.get("graphs") or list(DEFAULT_GRAPHS)
+    graphs = expand_sets(args.graphs or smoke.get("graphs") or list(DEFAULT_GRAPHS))
     unknown = sorted(g for g in graphs if g not in known_graphs() and not is_graph_file(g))
     if unknown:
         raise SystemExit(

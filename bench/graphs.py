@@ -140,6 +140,60 @@ def rmat_cached(cache_dir: Path, params: RmatParams = RmatParams()) -> Path:
     return path
 
 
+#: Synthetic block-sparse matrices by name (`--graphs blocks` runs them all): finite-element-like
+#: meshes of dense b x b blocks (each block row's blocks within 8 block columns of the diagonal,
+#: 100% fill) and random blocks anywhere (80% fill). Nothing large is shipped: each is generated
+#: from its name and seed and cached like the R-MAT graph.
+BLOCK_GRAPHS = {
+    "mesh-b3": {"block_rows": 80_000, "per_row": 9, "b": 3, "fill": 1.0, "band": 8},
+    "mesh-b6": {"block_rows": 40_000, "per_row": 6, "b": 6, "fill": 1.0, "band": 8},
+    "blocks-b2": {"block_rows": 160_000, "per_row": 5, "b": 2, "fill": 0.8, "band": None},
+    "blocks-b4": {"block_rows": 40_000, "per_row": 10, "b": 4, "fill": 0.8, "band": None},
+    "blocks-b8": {"block_rows": 10_000, "per_row": 8, "b": 8, "fill": 0.8, "band": None},
+}
+GRAPH_SETS = {"blocks": tuple(BLOCK_GRAPHS)}
+
+
+def block_graph(
+    block_rows: int, per_row: int, b: int, fill: float, band: int | None, seed: int = 7
+) -> scipy.sparse.csr_matrix:
+    """`block_rows` x `block_rows` blocks of b x b: the diagonal block and `per_row` more per block
+    row (within `band` block columns of the diagonal, or anywhere for None), each cell stored with
+    probability `fill`, values standard normal; canonical float32 CSR, int32 indices.
+
+    >>> A = block_graph(50, 3, 4, 1.0, 5)
+    >>> A.shape, A.nnz % 16, A.dtype
+    ((200, 200), 0, dtype('float32'))
+    """
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(block_rows, dtype=np.int64), per_row)
+    if band is None:
+        cols = rng.integers(0, block_rows, size=rows.size)
+    else:
+        cols = np.clip(rows + rng.integers(-band, band + 1, size=rows.size), 0, block_rows - 1)
+    diagonal = np.arange(block_rows, dtype=np.int64) * (block_rows + 1)
+    key = np.unique(np.concatenate([rows * block_rows + cols, diagonal]))
+    cells = np.arange(b * b)
+    r = ((key // block_rows)[:, None] * b + cells // b).reshape(-1)
+    c = ((key % block_rows)[:, None] * b + cells % b).reshape(-1)
+    keep = rng.random(r.size) < fill
+    values = rng.standard_normal(int(keep.sum())).astype(np.float32)
+    shape = (block_rows * b, block_rows * b)
+    return _canonical_int32(scipy.sparse.csr_matrix((values, (r[keep], c[keep])), shape=shape))
+
+
+def block_graph_cached(cache_dir: Path, name: str) -> Path:
+    """Path of the cached block matrix `name` (`BLOCK_GRAPHS`), generated when missing."""
+    params = BLOCK_GRAPHS[name]
+    path = Path(cache_dir) / f"{name}-v1-{'-'.join(f'{k}{v}' for k, v in params.items())}.npz"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        scipy.sparse.save_npz(tmp, block_graph(**params), compressed=False)
+        tmp.replace(path)
+    return path
+
+
 def package_dir() -> Path:
     """The folder of the `sparsetir_py` package, found without importing it (a baseline's worker
     then never loads Numba and its OpenMP runtime)."""
@@ -196,5 +250,12 @@ def graph_file_stem(name: str) -> str:
 
 
 def known_graphs() -> list[str]:
-    """Every name `--graphs` accepts: the shipped matrices and the synthetic graphs."""
-    return [*sorted((f.stem for f in shipped_dir().glob("*.npz")), key=str.lower), *SYNTHETIC]
+    """Every name `--graphs` accepts: the shipped matrices, the synthetic graphs (`rmat`,
+    `rmat-large`), the block matrices and their set `blocks`."""
+    shipped = sorted((f.stem for f in shipped_dir().glob("*.npz")), key=str.lower)
+    return [*shipped, *SYNTHETIC, *BLOCK_GRAPHS, *GRAPH_SETS]
+
+
+def expand_sets(names: list[str]) -> list[str]:
+    """`--graphs` with each set name (`blocks`) replaced by its graphs."""
+    return [g for name in names for g in GRAPH_SETS.get(name, (name,))]

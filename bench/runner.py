@@ -19,7 +19,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .graphs import RMAT, SYNTHETIC, RmatParams, graph_file_stem, is_graph_file, rmat_cached
+from .graphs import (
+    BLOCK_GRAPHS,
+    RMAT,
+    SYNTHETIC,
+    RmatParams,
+    block_graph_cached,
+    graph_file_stem,
+    is_graph_file,
+    rmat_cached,
+)
 from .libraries import BASELINES, LIBRARIES, OURS, cuda_missing
 from .measure import RTOL
 from .protocol import decode, write_job
@@ -168,6 +177,8 @@ def run(config: Config, stream: dict | None = None) -> dict:
             spec["path"] = str(rmat_cached(Path(config.out) / "cache", config.rmat))
         elif name in SYNTHETIC:
             spec["path"] = str(rmat_cached(Path(config.out) / "cache", SYNTHETIC[name]))
+        elif name in BLOCK_GRAPHS:
+            spec["path"] = str(block_graph_cached(Path(config.out) / "cache", name))
         elif is_graph_file(name):  # a matrix of the user's: named by its file name
             spec = {"name": graph_file_stem(name), "path": str(Path(name).resolve())}
         graph_specs.append(spec)

@@ -3,6 +3,10 @@
 rules = format_rules.bsr.rules(block_size=4)
 mod = sp.decompose_format(csrmm, rules)
 args = format_rules.bsr.convert(A, block_size=4)     # a_bsr, indptr_bsr, indices_bsr, ...
+
+`padded_shape` tells `sp.ops` that the format computes on the shape padded to whole blocks
+(`m_bsr * b` x `n_bsr * b`): on the CPU its kernels are built by `sp.transform.pad_shape`
+(no guard per cell) and take operands with zero rows appended (`schedules/bsr.py`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ def rules(block_size: int = 4, dtype: str = "float32", idtype: str = "int32") ->
             converter=lambda A: convert(A, block_size=b, dtype=dtype, idtype=idtype),
         )
     ]
+
+
+def padded_shape(block_size: int = 4) -> tuple[dict, int]:
+    """The shape parameters of the computation and the block counts that pad them (see above)."""
+    return {"m": "m_bsr", "n": "n_bsr"}, formats.positive_int("block_size", block_size)
 
 
 def convert(A, block_size: int = 4, dtype: str = "float32", idtype: str = "int32") -> dict:

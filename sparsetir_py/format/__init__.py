@@ -14,7 +14,7 @@ share it).
 """
 
 from .args import AxisData, BoundArguments, bind_arguments
-from .converters import check_converted, convert, positive_int, to_bsr, to_ell_parts, to_padded
+from .converters import block_fill, check_converted, convert, positive_int, to_bsr, to_ell_parts, to_padded
 from .decomposition import Decomposition, Part, decompose, parameter_names, rules_of
 from .mlir import LevelType, SparseTensorEncoding, SparseTensorStorage, parse_encoding, to_storage
 from .rule import FormatRewriteRule
@@ -30,6 +30,7 @@ __all__ = [
     "SparseTensorEncoding",
     "SparseTensorStorage",
     "bind_arguments",
+    "block_fill",
     "check_converted",
     "convert",
     "decompose",

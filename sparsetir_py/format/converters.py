@@ -7,6 +7,7 @@ declares them sorted, and together with its rule partitions the stored nonzeros:
 exactly one part.
 
 - `to_bsr(A, block_size)`: BSR of any shape, padded with empty rows/columns to the block.
+- `block_fill(A, block_size, sample=256)`: the fill of BSR's stored blocks, from a sample of block rows.
 - `to_ell_parts(A, buckets, num_col_parts)`: SparseTIR's column-partitioned hybrid (ELL when
   `num_col_parts == 1`): the columns split into `num_col_parts` equal ranges; in each, every row
   goes to the smallest bucket width that holds its nonzeros there; a row longer than the largest
@@ -125,6 +126,42 @@ def to_bsr(A, block_size: int, idtype: str | None = None, dtype=None) -> dict[st
         return _bsr(csr, b, it, dtype)
     except MemoryError:
         raise FormatError(f"block_size={b}: {blocks} blocks of {b} x {b} values do not fit in memory") from None
+
+
+def block_fill(A, block_size: int, sample: int | None = 256, seed: int = 0) -> float:
+    """The fill of the stored `block_size` x `block_size` blocks of `A` in BSR: its nonzeros over
+    the cells of the blocks that hold one (1.0 for a matrix of dense blocks; a partial block at
+    the edge counts all its cells, as the kernel computes them). Estimated from `sample` block
+    rows drawn at random (all of them when `sample` is None or at least their number): O(nnz of
+    the sample), for a tuner choosing the format. 0.0 for a matrix without nonzeros.
+
+    >>> import numpy as np, scipy.sparse as sps
+    >>> block_fill(sps.csr_matrix(np.kron(np.eye(5), np.ones((3, 3)))), 3)
+    1.0
+    >>> block_fill(sps.eye(8, format="csr"), 2)
+    0.5
+    """
+    b = positive_int("block_size", block_size)
+    csr, _ = canonical(A)
+    mb, nb = -(-csr.shape[0] // b), -(-csr.shape[1] // b)
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int | np.integer) or sample < 1):
+        raise FormatError(f"sample must be a positive int or None, got {sample!r}")
+    if sample is None or sample >= mb:
+        picked = np.arange(mb, dtype=np.int64)
+    else:
+        picked = np.sort(np.random.default_rng(seed).choice(mb, size=int(sample), replace=False))
+    starts = csr.indptr[np.minimum(picked * b, csr.shape[0])].astype(np.int64)
+    ends = csr.indptr[np.minimum(picked * b + b, csr.shape[0])].astype(np.int64)
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return 0.0
+    # The positions of the sampled rows' nonzeros, and the block row of each.
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    positions = np.arange(total, dtype=np.int64) + offsets
+    block_rows = np.repeat(np.arange(len(picked), dtype=np.int64), lengths)
+    blocks = np.unique(block_rows * nb + csr.indices[positions].astype(np.int64) // b).size
+    return total / (blocks * b * b)
 
 
 def _bsr(csr: scipy.sparse.csr_matrix, b: int, it: np.dtype, dtype) -> dict[str, object]:

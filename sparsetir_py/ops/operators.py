@@ -155,11 +155,16 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
     args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **conversion.structure, **values}
     if op.name == "spmm":
         result = args["c"] = op.result(csr, feat, dtype, out, inputs)
-    else:
+    pad = parts.padding(module, params, target)
+    if pad is not None:  # BSR: operands and result of whole blocks (`parts.pad_operands`)
+        args = parts.pad_operands(op.name, args, conversion.structure, pad)
+    if op.name != "spmm":
         outputs = {"c" + name[1:]: np.empty(where.shape, dtype) for name, where in conversion.gathers.items()}
         args.update(outputs)
     parts.run_parts(kernel, conversion, args, thread_args(target, csr.nnz * max(feat, 1), threads))
     if op.name == "spmm":
+        if args["c"] is not result:  # C of whole blocks: its first m rows, in `out` if given
+            result = args["c"][:m] if out is None else np.copyto(result, args["c"][:m]) or result
         return op.finish(csr, result)
     result = np.zeros(csr.nnz, dtype)
     for name, where in conversion.gathers.items():

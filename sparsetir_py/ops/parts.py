@@ -142,18 +142,69 @@ def _layout(rules) -> list:
     ]
 
 
+#: The rows of each dense operand (and of SpMM's result `c`), by the script's shape parameter.
+OPERAND_ROWS = {"spmm": {"b": "n", "c": "m"}, "sddmm": {"x": "m", "y": "n"}}
+
+
+def padding(module, params: dict, target: str) -> tuple[dict, int] | None:
+    """`(counts, factor)` where the format computes on a shape padded to whole blocks (the rule
+    file's `padded_shape(**params)`, as `format_rules.bsr` has; CPU only): the kernel is built by
+    `sp.transform.pad_shape` (no padding guards) and takes operands of `counts[p] * factor` rows
+    for each shape parameter `p` (`pad_operands`). None for other formats."""
+    padded = getattr(module, "padded_shape", None)
+    if target != "cpu" or not callable(padded):
+        return None
+    return padded(**params)
+
+
+def pad_operands(op: str, args: dict, structure: dict, pad: tuple[dict, int]) -> dict:
+    """The dense operands in `args` (and SpMM's result) with the padded shape's rows: zero rows
+    appended where the shape is not a multiple of the block (a copy then), else as given."""
+    counts, factor = pad
+    out = dict(args)
+    for name, param in OPERAND_ROWS[op].items():
+        X = args[name]
+        rows = int(structure[counts[param]]) * factor
+        if X.shape[0] != rows:
+            padded = np.zeros((rows, *X.shape[1:]), X.dtype) if name != "c" else np.empty((rows, *X.shape[1:]), X.dtype)
+            if name != "c":
+                padded[: X.shape[0]] = X
+            out[name] = padded
+    return out
+
+
+def default_schedule(op: str, target: str, conversion: Conversion, padded: bool):
+    """The schedule of a decomposed format: BSR's (`schedules.bsr`) on a padded shape, else the
+    schedule of any decomposition (`schedules.common.parts`)."""
+    from schedules.bsr import DEFAULT as BSR
+    from schedules.common import parts as parts_schedule
+
+    if padded and (op, target) in BSR:
+        return BSR[op, target]
+    return parts_schedule(target, shared_rows=conversion.shares_rows)
+
+
 def parts_kernel(
-    op: str, module, params: dict, conversion: Conversion, dtype: str, idtype: str, target: str, feat: int, schedule
+    op: str,
+    module,
+    params: dict,
+    conversion: Conversion,
+    dtype: str,
+    idtype: str,
+    target: str,
+    feat: int,
+    schedule,
 ) -> Kernel:
     """The kernel of `op` decomposed by the conversion's rules (the computation alone), compiled
     once per format, parameters, dtypes, target, schedule (and width where `fixed_width`). An
-    SDDMM's output `C` moves to the parts' formats too."""
-    from schedules.common import parts as parts_schedule
-
+    SDDMM's output `C` moves to the parts' formats too. A format with `padded_shape` (BSR) is
+    built on the padded shape (`padding`)."""
     from ..transform import decompose_format, remove_preprocess
+    from ..transform.pad_shape import pad_shape
 
+    pad = padding(module, params, target)
     if schedule is None:
-        schedule = parts_schedule(target, shared_rows=conversion.shares_rows)
+        schedule = default_schedule(op, target, conversion, pad is not None)
     schedule = resolve_schedule(op, target, schedule)
     rules = conversion.rules
     format = (
@@ -163,7 +214,8 @@ def parts_kernel(
 
     def make():
         parts = rules if op == "spmm" else [r.with_buffer("C", like="A") for r in rules]
-        return remove_preprocess(decompose_format(SCRIPTS[op](idtype, dtype), parts))
+        mod = remove_preprocess(decompose_format(SCRIPTS[op](idtype, dtype), parts))
+        return mod if pad is None else pad_shape(mod, *pad)
 
     return compiled(key, make)
 

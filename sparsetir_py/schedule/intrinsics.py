@@ -25,7 +25,7 @@ Shipped intrinsics (`tensor_intrins()` lists every registered one):
   `T.shfl_down_sync` steps (16, 8, 4, 2, 1) add them up in lane 0, and lane 0 adds the sum to the
   accumulator. The kernel must launch `threadIdx.x` in whole warps (every loop bound to it has a
   constant extent that is a multiple of 32), so `threadIdx.y` numbers the warps of a block.
-- `dot_4`, `dot_8`, `dot_16` (targets "cpu" and "cuda"): `ACC[0] = ACC[0] + A[vk] * B[vk]`,
+- `dot_2`, `dot_3`, `dot_4`, `dot_6`, `dot_8`, `dot_16` (targets "cpu" and "cuda"): `ACC[0] = ACC[0] + A[vk] * B[vk]`,
   unrolled into one expression whose products are summed as a balanced tree (independent adds
   that the CPU can overlap and LLVM can vectorise).
 
@@ -370,7 +370,7 @@ register_tensor_intrin(
         {"cuda": IntrinImpl("cuda", _warp_sum_cuda, _check_warp)},
     )
 )
-for _width in (4, 8, 16):
+for _width in (2, 3, 4, 6, 8, 16):
     register_tensor_intrin(
         TensorIntrin(
             f"dot_{_width}",

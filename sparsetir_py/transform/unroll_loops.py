@@ -12,7 +12,7 @@ passes after it use that: `partition_loops` reads the split guards `j_outer * 4 
 constant `c`, and `promote_accumulators` keeps the copies' accumulators in registers (SDDMM's dot
 products of four nonzeros sharing one sweep over X's row). Everything a copy binds (loops, block
 iterators, let variables) is fresh, and its blocks' names end in `_u<c>` (the first copy keeps
-the original names).
+the original names; `_uu<c>` for copies of a loop whose body already holds `_u<c>` copies).
 
 A loop stays a loop when its extent is not a constant, is above `MAX_UNROLL`, or its body
 allocates scratch (each copy would need its own buffer); the code generator then emits it as a
@@ -53,12 +53,23 @@ def _expand(loop: For) -> Stmt | None:
     if any(isinstance(n, Allocate) or (isinstance(n, Block) and n.alloc_buffers) for n in walk(loop.body)):
         return None
     var = loop.loop_var
+    tag = _copy_tag(loop)
     copies = []
     for c in range(loop.extent.value):
         value = IntImm(loop.min.value + c, var.dtype)
         body = fold_integers(substitute(loop.body, {var: value}))
-        copies.append(body if c == 0 else fresh_copy(body, f"_u{c}"))
+        copies.append(body if c == 0 else fresh_copy(body, f"_{tag}{c}"))
     return seq(*copies)
+
+
+def _copy_tag(loop: For) -> str:
+    """`u`, or `uu`, ... where the body already holds copies of an inner unrolled loop: the
+    outer copy `<block>_u1` would share a name with the inner one that the first copy keeps."""
+    names = {n.name for n in walk(loop.body) if isinstance(n, Block)}
+    tag = "u"
+    while any(f"{name}_{tag}{c}" in names for name in names for c in range(1, loop.extent.value)):
+        tag += "u"
+    return tag
 
 
 def fold_integers(node):
