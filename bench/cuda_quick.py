@@ -62,13 +62,29 @@ def torch_cuda(op: str, A, operands) -> Prepared:
 
 
 def ops_device(op: str, A, operands, format: str) -> Prepared:
-    """`sp.ops` with Numba device arrays for the dense operands and a scipy A (its structure goes
-    to the device once, its values per call): what a user's repeated call costs, host work
-    included."""
+    """`sp.ops` on device-resident operands, what a user's repeated call costs, host work
+    included: a `cupyx.scipy.sparse` A and cupy arrays where cupy is installed (nothing moves per
+    call), else Numba device arrays with a scipy A (its values go to the device per call)."""
     from numba import cuda
 
     import sparsetir_py as sp
 
+    try:
+        import cupy
+        import cupyx.scipy.sparse
+    except ImportError:
+        cupy = None
+    if cupy is not None and format == "auto":
+        A_dev = cupyx.scipy.sparse.csr_matrix(A)
+        sync = cupy.cuda.Device().synchronize
+        if op == "spmm":
+            B = cupy.asarray(operands["B"])
+            out = cupy.empty((A.shape[0], B.shape[1]), cupy.float32)
+            fn = lambda: sp.ops.spmm(A_dev, B, format=format, target="cuda", out=out)  # noqa: E731
+            return Prepared(fn, cupy.asnumpy, sync=sync)
+        X, Y = cupy.asarray(operands["X"]), cupy.asarray(operands["Y"])
+        fn = lambda: sp.ops.sddmm(A_dev, X, Y, format=format, target="cuda")  # noqa: E731
+        return Prepared(fn, lambda S: cupy.asnumpy(S.data), sync=sync)
     if op == "spmm":
         B = cuda.to_device(operands["B"])
         out = cuda.device_array((A.shape[0], B.shape[1]), np.float32)
@@ -173,21 +189,30 @@ def _ms(cell: dict) -> str:
     return f"{cell['ms']:.4f}" if cell.get("status") == "ok" else cell.get("status", "")
 
 
+def _cell(row: dict, name: str) -> dict:
+    return row.get(name) or {"status": "not run"}
+
+
 def _line(row) -> str:
-    cells = " | ".join(_ms(row[n]) for n in (*OURS, *BASELINES))
-    host = row["ops-auto"].get("host_us", "")
+    cells = " | ".join(_ms(_cell(row, n)) for n in (*OURS, *BASELINES))
+    host = _cell(row, "ops-auto").get("host_us", "")
     return (
-        f"| {row['op']} | {row['graph']} | {row['width']} | {cells} | {_speedup(row)} | {_speedup(row, 'ops-auto')} "
-        f"| {host} | {row['transfer_ms']:.3f} |"
+        f"| {row['op']} | {row['graph']} | {row['width']} | {cells} | {_times(_ratio(row))} "
+        f"| {_times(_ratio(row, 'ops-auto'))} | {host} | {row['transfer_ms']:.3f} |"
     )
 
 
-def _speedup(row, ours: str = "sparsetir-cuda") -> str:
-    mine = row[ours]
-    best = [row[n]["ms"] for n in BASELINES if row[n].get("status") == "ok"]
-    if mine.get("status") != "ok" or not best:
-        return ""
-    return f"{min(best) / mine['ms']:.2f}x"
+def _ratio(row, ours: str = "sparsetir-cuda") -> float | None:
+    """The best baseline's time over ours (None where either is missing or wrong)."""
+    mine = _cell(row, ours)
+    best = [_cell(row, n)["ms"] for n in BASELINES if _cell(row, n).get("status") == "ok"]
+    if mine.get("status") != "ok" or not best or mine["ms"] <= 0:
+        return None
+    return min(best) / mine["ms"]
+
+
+def _times(ratio: float | None) -> str:
+    return "" if ratio is None else f"{ratio:.2f}x"
 
 
 HEADER = (
@@ -221,8 +246,8 @@ def write(out: Path, rows: list[dict], device: str, note: str = "") -> None:
             "",
         ]
         for op in ("spmm", "sddmm"):
-            for ours in ("sparsetir-cuda", "ops-auto", "ops-hyb"):
-                ratios = [float(_speedup(r, ours)[:-1]) for r in rows if r["op"] == op and _speedup(r, ours)]
+            for ours in OURS:
+                ratios = [x for r in rows if r["op"] == op and (x := _ratio(r, ours)) is not None and x > 0]
                 if ratios:
                     lines.append(
                         f"{op}, {ours}: geomean speedup over the best baseline {geomean(ratios):.2f}x "

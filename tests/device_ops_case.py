@@ -27,7 +27,7 @@ import sparsetir_py as sp
 
 COUNTS = {"to_host": 0, "to_device": 0}
 # Set by `main` in the simulator (importing numba.cuda here would fix the mode of a test process).
-cuda = devicearray = _copy_to_host = _to_device = None
+cuda = devicearray = _copy_to_host = _to_device = _copy_to_device = None
 
 
 def _counting_copy_to_host(self, *args, **kwargs):
@@ -38,6 +38,11 @@ def _counting_copy_to_host(self, *args, **kwargs):
 def _counting_to_device(*args, **kwargs):
     COUNTS["to_device"] += 1
     return _to_device(*args, **kwargs)
+
+
+def _counting_copy_to_device(self, *args, **kwargs):
+    COUNTS["to_device"] += 1
+    return _copy_to_device(self, *args, **kwargs)
 
 
 def matrix(idtype="int32", dtype="float32") -> scipy.sparse.csr_matrix:
@@ -146,6 +151,67 @@ def check_formats_on_device_operands():
     np.testing.assert_array_equal(np.isnan(C), np.isnan(A @ B))
 
 
+def check_repeated_call_is_prepared_once():
+    """A call with the same operands again takes the prepared launch (`ops.device.REPEATS`):
+    values written in place into B and into A.data are seen, only A's values move (into the
+    device buffer of the first call), and every call without `out=` gets a fresh result."""
+    from sparsetir_py.ops import device
+
+    A = matrix("int64", "float64")
+    B = np.random.default_rng(5).standard_normal((5, 3))
+    B_dev = _to_device(B)
+    runs = []
+    run = device.Repeat.run
+    device.Repeat.run = lambda self, A: runs.append(1) or run(self, A)
+    try:
+        first = sp.ops.spmm(A, B_dev, target="cuda")
+        assert not runs
+        B2 = B - 3
+        B_dev.copy_to_device(B2)
+        A.data[:] = np.arange(A.nnz)
+        second, counts = counted(lambda: sp.ops.spmm(A, B_dev, target="cuda"))
+        assert runs == [1] and counts == {"to_host": 0, "to_device": 1}, (runs, counts)
+        sp.ops.spmm(A, _to_device(B), target="cuda")  # another B: prepared anew
+        assert runs == [1]
+    finally:
+        device.Repeat.run = run
+    assert second is not first
+    np.testing.assert_allclose(host(second), A @ B2, rtol=1e-12)
+    out = cuda.device_array((7, 3), np.float64)
+    for scale in (1.0, 2.0):  # with `out=`: the same array back, filled anew
+        A.data[:] = scale
+        assert sp.ops.spmm(A, B_dev, target="cuda", out=out) is out
+        np.testing.assert_allclose(host(out), A @ B2, rtol=1e-12)
+    X = _to_device(np.ones((7, 3)))
+    previous = None
+    for _ in range(2):  # SDDMM: a fresh values array each call
+        values = sp.ops.sddmm(A, X, B_dev, target="cuda")
+        assert values is not previous
+        np.testing.assert_allclose(host(values), A.multiply(np.ones((7, 3)) @ B2.T).tocsr().data, rtol=1e-12)
+        previous = values
+
+
+def check_kernel_launcher():
+    """`CUDAKernel.launcher`: prepared once on device arrays, each call launches on their current
+    values; `c=` another array for one launch; numpy arrays are refused."""
+    from schedules.spmm import SCHEDULES
+
+    A = matrix()
+    kernel = sp.compile(sp.ops.spmm_script(), "cuda", schedule=SCHEDULES["csr_cuda_rows"], specialize={"feat": 4})
+    B = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
+    dev = {k: _to_device(v) for k, v in {"a": A.data, "indptr": A.indptr, "indices": A.indices, "b": B}.items()}
+    c = cuda.device_array((7, 4), np.float32)
+    launch = kernel.launcher(**dev, c=c, m=7, n=5, nnz=A.nnz)
+    launch()
+    np.testing.assert_allclose(host(c), A @ B, rtol=1e-5, atol=1e-6)
+    dev["b"].copy_to_device(B * 3)
+    other = cuda.device_array((7, 4), np.float32)
+    launch(c=other)
+    np.testing.assert_allclose(host(other), A @ (B * 3), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(host(c), A @ B, rtol=1e-5, atol=1e-6)  # untouched by that launch
+    _raises(lambda: kernel.launcher(**dev, c=np.zeros((7, 4), np.float32), m=7, n=5, nnz=A.nnz), "device arrays only")
+
+
 def _raises(fn, pattern: str):
     try:
         fn()
@@ -172,13 +238,15 @@ CHECKS = {name[len("check_") :]: fn for name, fn in dict(globals()).items() if n
 
 
 def main() -> None:
-    global cuda, devicearray, _copy_to_host, _to_device
+    global cuda, devicearray, _copy_to_host, _to_device, _copy_to_device
     from numba import cuda
     from numba.cuda.simulator.cudadrv import devicearray
 
     _copy_to_host, _to_device = devicearray.FakeCUDAArray.copy_to_host, cuda.to_device
+    _copy_to_device = devicearray.FakeCUDAArray.copy_to_device
     out = Path(sys.argv[1])
     devicearray.FakeCUDAArray.copy_to_host = _counting_copy_to_host
+    devicearray.FakeCUDAArray.copy_to_device = _counting_copy_to_device
     cuda.to_device = _counting_to_device
     results = {}
     for name, fn in CHECKS.items():

@@ -31,6 +31,9 @@ a decomposed format, and a cupyx A with one, need host operands for now.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,6 +66,10 @@ from .kernels import csr_kernel
 
 #: Device copies of host structures: (indptr, indices) of a checked scipy CSR -> device arrays.
 DEVICE_STRUCTURES = StructureCache()
+#: Repeated calls: the prepared launch of a CSR call, by the identity of its operands (`Repeat`).
+REPEATS: OrderedDict[tuple, Repeat] = OrderedDict()
+#: How many prepared calls `REPEATS` keeps (each holds its operands alive).
+REPEAT_ENTRIES = 8
 
 
 def wants_device(A, dense: tuple, out) -> bool:
@@ -74,6 +81,11 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     """`op` (an `operators.Operator`) on device operands; see the module docstring."""
     if target != "cuda":
         raise InputError(f"device arrays run on target='cuda', got target={target!r}")
+    key = (op.name, format, schedule, id(A), *map(id, dense), id(out)) if not params else None
+    repeat = REPEATS.get(key) if key is not None else None
+    if repeat is not None and repeat.matches(A, dense, out):
+        REPEATS.move_to_end(key)
+        return repeat.run(A)
     csr_format = isinstance(format, str) and format in ("csr", "auto")
     if csr_format and params:
         raise InputError(f"format {format!r} takes no parameters with device operands, got {', '.join(params)}")
@@ -97,15 +109,73 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     if op.name == "sddmm" and feat == 0:
         return _finish_sddmm(a, a.zero_times(dtype), kind)
     kernel = csr_kernel(op.name, "cuda", DTYPE_NAMES[a.idtype], DTYPE_NAMES[dtype], feat, schedule)
-    result = _result(op.name, kind, (m, feat) if op.name == "spmm" else (a.nnz,), dtype, out, vector)
+    shape = (m, feat) if op.name == "spmm" else (a.nnz,)
+    result = _result(op.name, kind, shape, dtype, out, vector)
     args = {"a": values, **dict(zip(op.args, operands)), "c": result, "indptr": a.indptr, "indices": a.indices}
     sizes = {"m": m, "n": n, "nnz": a.nnz, **({"feat": feat} if "feat" in kernel.parameters else {})}
-    kernel(**args, **sizes, check_structure=False)
+    launch = kernel.launcher(**args, **sizes, check_structure=False)
+    launch()
     if op.name == "sddmm":
-        return _finish_sddmm(a, result, kind)
-    if vector:
-        return out if out is not None else result.reshape(m)
-    return out if out is not None else result
+        finish = lambda c: _finish_sddmm(a, c, kind)  # noqa: E731
+    elif vector:
+        finish = (lambda c: out) if out is not None else (lambda c: c.reshape(m))
+    else:
+        finish = (lambda c: out) if out is not None else (lambda c: c)
+    fresh = None if out is not None else (lambda: empty_like_kind(kind, shape, dtype))
+    if key is not None and a.canonical_input:
+        REPEATS[key] = Repeat((A, *dense, out), a.held(A), launch, values if a.host_values is not None else None,
+                              dtype, fresh, finish)  # fmt: skip
+        while len(REPEATS) > REPEAT_ENTRIES:
+            REPEATS.popitem(last=False)
+    return finish(result)
+
+
+@dataclass(eq=False)
+class Repeat:
+    """A device call prepared once (`CUDAKernel.launcher`): a later call with the same operands
+    (the same objects: held here, so no id is reused while the entry lives) and A's same
+    structure and value arrays launches with O(1) host work. A scipy A's values are copied into
+    the device buffer of the first call (they may have changed in place); a fresh result is
+    allocated unless `out=` was given."""
+
+    operands: tuple  #: (A, dense operands..., out)
+    held: tuple  #: A's structure and value arrays, compared by identity
+    launch: Any  #: the `runtime.kernel.Launcher`
+    device_values: Any  #: where a scipy A's values go (None for a cupyx A)
+    dtype: np.dtype
+    fresh: Callable | None  #: a new result array, or None with `out=`
+    finish: Callable  #: the result array -> what the call returns
+
+    def matches(self, A, dense: tuple, out) -> bool:
+        ops = self.operands
+        if len(ops) != len(dense) + 2 or ops[0] is not A or ops[-1] is not out:
+            return False
+        if any(x is not y for x, y in zip(ops[1:-1], dense)):
+            return False
+        return all(x is y for x, y in zip(self.held, _held_arrays(A)))
+
+    def run(self, A):
+        if self.device_values is not None:
+            values = A.data if A.data.dtype == self.dtype else A.data.astype(self.dtype)
+            _copy_into(self.device_values, values)
+        if self.fresh is None:
+            self.launch()
+            return self.finish(None)
+        result = self.fresh()
+        self.launch(c=result)
+        return self.finish(result)
+
+
+def _held_arrays(A) -> tuple:
+    return (A.indptr, A.indices, A.data)
+
+
+def _copy_into(device, host: np.ndarray) -> None:
+    """Host values into an existing device array of their shape and dtype."""
+    if hasattr(device, "copy_to_device"):
+        device.copy_to_device(host)
+    else:  # CuPy
+        device.set(host)
 
 
 def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: bool):
@@ -162,6 +232,7 @@ class _DeviceCSR:
         self.idtype, self.dtype, self.nnz, self.kind = idtype, dtype, nnz, kind
         self.host_values = None  # a scipy A's values (to the device per call)
         self.device_values = None  # a cupyx A's values
+        self.canonical_input = False  # whether A itself is the canonical CSR the kernel reads
 
     @classmethod
     def of(cls, A, kind: str) -> _DeviceCSR:
@@ -174,10 +245,12 @@ class _DeviceCSR:
             remember_structure(csr)  # as_csr checked the raw arrays and made them canonical
         self = cls(csr.shape, *structure_on_device(csr, kind), csr.indices.dtype, csr.dtype, csr.nnz, kind)
         self.host_values = csr.data
+        self.canonical_input = csr is A
         return self
 
     @classmethod
     def _of_cupyx(cls, A) -> _DeviceCSR:
+        given = A
         if A.format != "csr":
             A = A.tocsr()
         if not A.has_canonical_format:
@@ -193,7 +266,12 @@ class _DeviceCSR:
         check_kind(np.dtype(A.dtype), "`A`'s values")
         self = cls(A.shape, A.indptr, A.indices, np.dtype(A.indices.dtype), np.dtype(A.dtype), A.nnz, "cupy")
         self.device_values = A.data
+        self.canonical_input = A is given
         return self
+
+    def held(self, A) -> tuple:
+        """The arrays of A a repeated call must find again (`Repeat.matches`)."""
+        return _held_arrays(A)
 
     def values(self, dtype: np.dtype):
         """A's values of `dtype` on the device (a host A's go there now: they may have changed)."""

@@ -324,6 +324,52 @@ class CUDAKernel(Kernel):
     # ---------------------------------------------------------------- calls
     def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
         """Check the arguments, copy numpy arrays to the device, launch, copy written buffers back."""
+        configs, launch_args, copy_back, _ = self._prepare(args, kwargs, check_structure)
+        for index, (grid, block) in enumerate(configs):
+            if 0 in grid or 0 in block:
+                continue  # an empty launch: no thread would run
+            self._fn[grid, block](*launch_args, *((index,) if self._ks.launches else ()))
+        # A checked write that missed: raise before copying outputs back, so host outputs stay as
+        # they were passed (device arrays passed in were written in place).
+        if self._flags:
+            raise_if_missed(self.func, {name: launch_args[k].copy_to_host() for k, name in self._flags})
+        for dev, host in copy_back:
+            dev.copy_to_host(host)
+
+    def launcher(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> Launcher:
+        """Everything a call does before its launches, done once: the returned `Launcher` launches
+        the kernel on these arguments again with O(1) host work (no binding, no checks, no launch
+        sizes to evaluate; the compiled overload for the argument types is looked up once).
+
+        Every array must be a device array: it is used in place, so values written into it
+        between launches are seen. `launcher(...)(c=other)` puts another device array of the
+        same dtype and shape in a buffer's place for one launch (a fresh result). A kernel with
+        checked writes (a flag read back after each launch) gets a launcher that calls the kernel.
+        """
+        configs, launch_args, copy_back, device_values = self._prepare(args, kwargs, check_structure)
+        if copy_back or any(kp.kind == "buffer" and kp.obj.data.name not in device_values for kp in self._arrays()):
+            raise InputError(f"`{self.name}.launcher` takes device arrays only (numpy arrays are copied per call)")
+        slots: dict[str, list[tuple[int, FlatBuffer]]] = {}
+        for k, kp in enumerate(kp for kp in self.kernel_params if kp.kind != "launch"):
+            if kp.kind == "buffer" and kp.obj.data is not None:
+                slots.setdefault(kp.obj.data.name, []).append((k, kp.obj))
+        if self._flags:
+            values = bind_values(self.func, tuple(args), self._drop_specialized(dict(kwargs)))
+            rerun = lambda **new: self(**{**values, **new}, check_structure=False)  # noqa: E731
+            return Launcher(self, launch_args, [], slots, fallback=rerun)
+        launches = [
+            (index, grid, block)
+            for index, (grid, block) in enumerate(configs)
+            if 0 not in grid and 0 not in block  # an empty launch: no thread would run
+        ]
+        return Launcher(self, launch_args, launches, slots)
+
+    def _arrays(self) -> list[KernelParam]:
+        return [kp for kp in self.kernel_params if kp.kind == "buffer" and kp.obj.data is not None]
+
+    def _prepare(self, args: tuple, kwargs: dict, check_structure: bool) -> tuple[list, list, list, dict]:
+        """Bind and check the arguments; the launch sizes, the arguments in launch order (numpy
+        arrays copied to the device), the (device, host) pairs to copy back, the device arrays."""
         kwargs = self._drop_specialized(kwargs)
         values = bind_values(self.func, tuple(args), dict(kwargs))
         device_values = {name: v for name, v in values.items() if _is_device_array(v)}
@@ -355,16 +401,7 @@ class CUDAKernel(Kernel):
             launch_args.append(dev)
             if buf.data is not None and buf in self._written:
                 copy_back.append((dev, host))
-        for index, (grid, block) in enumerate(configs):
-            if 0 in grid or 0 in block:
-                continue  # an empty launch: no thread would run
-            self._fn[grid, block](*launch_args, *((index,) if self._ks.launches else ()))
-        # A checked write that missed: raise before copying outputs back, so host outputs stay as
-        # they were passed (device arrays passed in were written in place).
-        if self._flags:
-            raise_if_missed(self.func, {name: launch_args[k].copy_to_host() for k, name in self._flags})
-        for dev, host in copy_back:
-            dev.copy_to_host(host)
+        return configs, launch_args, copy_back, device_values
 
     # ---------------------------------------------------------------- PTX
     def ptx(self, cc: tuple[int, int] = (8, 0)) -> str:
@@ -397,6 +434,57 @@ class CUDAKernel(Kernel):
             raise CodegenError(f"PTX compilation of `{self.name}` for sm_{cc[0]}{cc[1]} failed: {e}") from e
         self._ptx[cc] = ptx
         return ptx
+
+
+class Launcher:
+    """The launches of a CUDA kernel on fixed device arguments (`CUDAKernel.launcher`).
+
+    Calling it launches every nest of the kernel, asynchronously, as a call of the kernel would.
+    Each launch goes to the compiled overload for the arguments' types (looked up once, through
+    Numba's `specialize`), so no argument is typed again; where that is not available (Numba's
+    simulator) it goes through the dispatcher configured once for its grid and block.
+    """
+
+    def __init__(self, kernel: CUDAKernel, args: list, launches: list, slots: dict, fallback=None):
+        self.kernel = kernel
+        self.args = args  #: the arguments in launch order (device arrays and scalars)
+        self.launches = launches  #: (index, grid, block) of every non-empty launch
+        self.slots = slots  #: buffer name -> (position in `args`, flat buffer) of its views
+        self._fallback = fallback
+        self._indexed = bool(kernel._ks.launches)
+        self._cuda = _cuda_for_launch()
+        self._run = [self._resolve(index, grid, block) for index, grid, block in launches]
+
+    def _resolve(self, index: int, grid: tuple, block: tuple):
+        tail = (index,) if self._indexed else ()
+        grid, block = _three(grid), _three(block)
+        fn = self.kernel._fn
+        try:
+            (compiled,) = fn.specialize(*self.args, *tail).overloads.values()
+            launch = compiled.launch
+        except Exception:  # the simulator's dispatcher: configure once, type per launch
+            configured = fn[grid, block]
+            return lambda args: configured(*args, *tail)
+        return lambda args: launch([*args, *tail], grid, block)
+
+    def __call__(self, **replace: Any) -> None:
+        """Launch; `name=array` replaces a buffer's device array for this launch only."""
+        if self._fallback is not None:
+            return self._fallback(**replace)
+        args = self.args
+        if replace:
+            args = list(args)
+            for name, value in replace.items():
+                for k, buf in self.slots[name]:
+                    args[k] = _flat_device_view(self._cuda, value, self.args[k].shape[0], buf)
+        for run in self._run:
+            run(args)
+        return None
+
+
+def _three(sizes: tuple) -> tuple[int, int, int]:
+    """A grid or block of 1-3 sizes as CUDA's (x, y, z)."""
+    return tuple(int(v) for v in (*sizes, 1, 1, 1)[:3])
 
 
 def _trim(sizes: list[int]) -> tuple[int, ...]:

@@ -28,10 +28,12 @@ def test_bench_table_and_geomean(tmp_path):
     ]
     cuda_quick.write(tmp_path, rows, "a GPU")
     text = (tmp_path / "bench-cuda.md").read_text()
-    assert "| spmm | cora | 32 | 1.0000 | 2.0000 | 4.0000 | 2.00x | 1.500 |" in text
-    assert "| spmm | cora | 128 | 2.0000 | 1.0000 | ModuleNotFoundError" in text and "| 0.50x |" in text
-    assert "spmm: geomean speedup over the best baseline 1.00x (2 rows)" in text
-    assert "sddmm: geomean" not in text  # ours was wrong: no ratio
+    assert "| spmm | cora | 32 | 1.0000 | not run | not run | 2.0000 | 4.0000 | 2.00x |  |  | 1.500 |" in text
+    assert "| spmm | cora | 128 | 2.0000 | not run | not run | 1.0000 | ModuleNotFoundError" in text
+    assert "| 0.50x |" in text
+    assert "spmm, sparsetir-cuda: geomean speedup over the best baseline 1.00x (2 rows)" in text
+    assert "sddmm, sparsetir-cuda: geomean" not in text  # ours was wrong: no ratio
+    assert "ops-auto: geomean" not in text  # not run
     assert json.loads((tmp_path / "bench-cuda.json").read_text())["rows"] == rows
 
 

@@ -208,6 +208,12 @@ def test_kernel_with_numba_device_arrays():
     c = cuda.device_array((A.shape[0], WIDTH), np.float32)
     kernel(**dev, c=c, m=A.shape[0], n=A.shape[1], feat=WIDTH, nnz=A.nnz, check_structure=False)
     np.testing.assert_allclose(c.copy_to_host(), A @ B, rtol=2e-4, atol=2e-4)
+    # The prepared launch (`kernel.launcher`): new values in B seen, another output for one launch.
+    launch = kernel.launcher(**dev, c=c, m=A.shape[0], n=A.shape[1], feat=WIDTH, nnz=A.nnz, check_structure=False)
+    dev["b"].copy_to_device(B * 2)
+    other = cuda.device_array((A.shape[0], WIDTH), np.float32)
+    launch(c=other)
+    np.testing.assert_allclose(other.copy_to_host(), A @ (B * 2), rtol=2e-4, atol=2e-4)
 
 
 @pytest.mark.parametrize("fmt", ["csr", "hyb", "bsr"])
@@ -222,7 +228,8 @@ def test_ops_with_numba_device_operands(fmt):
     if fmt == "csr":
         X = cuda.to_device(np.ones((A.shape[0], WIDTH), np.float32))
         values = sp.ops.sddmm(A, X, cuda.to_device(B), target="cuda").copy_to_host()
-        np.testing.assert_allclose(values, A.multiply(np.ones((A.shape[0], WIDTH)) @ B.T).tocsr().data, rtol=2e-4)
+        want = A.multiply(np.ones((A.shape[0], WIDTH)) @ B.T).tocsr().data
+        np.testing.assert_allclose(values, want, rtol=2e-4, atol=2e-4)
 
 
 def test_ops_with_cupy_operands():
@@ -234,9 +241,12 @@ def test_ops_with_cupy_operands():
     A = load_matrix(GRAPHS[-1])
     B = np.random.default_rng(0).standard_normal((A.shape[1], WIDTH)).astype(np.float32)
     for A_in in (A, cupyx.scipy.sparse.csr_matrix(A), cupyx.scipy.sparse.coo_matrix(A)):
-        C = sp.ops.spmm(A_in, cupy.asarray(B), target="cuda")
-        assert isinstance(C, cupy.ndarray)
-        np.testing.assert_allclose(cupy.asnumpy(C), A @ B, rtol=2e-4, atol=2e-4)
+        B_dev = cupy.asarray(B)
+        for scale in (1, 3):  # the second call is the prepared one; B's new values are seen
+            B_dev *= scale
+            C = sp.ops.spmm(A_in, B_dev, target="cuda")
+            assert isinstance(C, cupy.ndarray)
+            np.testing.assert_allclose(cupy.asnumpy(C), A @ (B * scale), rtol=2e-4, atol=2e-4)
     X = cupy.ones((A.shape[0], WIDTH), cupy.float32)
     S = sp.ops.sddmm(cupyx.scipy.sparse.csr_matrix(A), X, cupy.asarray(B), target="cuda")
     assert isinstance(S, cupyx.scipy.sparse.csr_matrix)
