@@ -457,15 +457,32 @@ class Launcher:
 
     def _resolve(self, index: int, grid: tuple, block: tuple):
         tail = (index,) if self._indexed else ()
-        grid, block = _three(grid), _three(block)
         fn = self.kernel._fn
+        configured = fn[grid, block]  # grid, block and stream as Numba normalises them
+
+        def dispatched(args):
+            configured(*args, *tail)
+
         try:
             (compiled,) = fn.specialize(*self.args, *tail).overloads.values()
             launch = compiled.launch
-        except Exception:  # the simulator's dispatcher: configure once, type per launch
-            configured = fn[grid, block]
-            return lambda args: configured(*args, *tail)
-        return lambda args: launch([*args, *tail], grid, block)
+            where = (configured.griddim, configured.blockdim, configured.stream, configured.sharedmem)
+        except Exception:  # the simulator's dispatcher: configured once, typed per launch
+            return dispatched
+        state = {"checked": False}
+
+        def direct(args):
+            if state["checked"]:
+                return launch([*args, *tail], *where)
+            try:  # the first launch: a numba-cuda whose overloads launch otherwise is typed per launch
+                launch([*args, *tail], *where)
+            except TypeError:
+                self._run[self._run.index(direct)] = dispatched
+                return dispatched(args)
+            state["checked"] = True
+            return None
+
+        return direct
 
     def __call__(self, **replace: Any) -> None:
         """Launch; `name=array` replaces a buffer's device array for this launch only."""
