@@ -138,7 +138,8 @@ def check_edge_matrices():
 
 def check_formats_on_device_operands():
     """hyb / ell / bsr SpMM with B on the device: C on the device, only the finiteness flag of B
-    comes back (the formats pad); an inf in B runs CSR's exact loop (NaN where scipy has NaN)."""
+    comes back (the formats pad), the parts' structure goes to the device on the first call only;
+    an inf in B runs CSR's exact loop (NaN where scipy has NaN)."""
     A = matrix()
     B = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
     for fmt, params in (("hyb", {"num_col_parts": 2, "buckets": [1, 2]}), ("ell", {}), ("bsr", {"block_size": 2})):
@@ -146,6 +147,10 @@ def check_formats_on_device_operands():
         C, counts = counted(call)
         assert isinstance(C, devicearray.FakeCUDAArray) and counts["to_host"] <= 1, (fmt, counts)
         np.testing.assert_allclose(host(C), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
+        counted(call)  # the kernel's first run checked the structure (host arrays); it goes to the device
+        again, repeated = counted(call)  # and stays there
+        assert repeated["to_device"] < counts["to_device"] and repeated["to_host"] <= 1, (fmt, counts, repeated)
+        np.testing.assert_allclose(host(again), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
     B[1, 0] = np.inf
     C = host(sp.ops.spmm(A, _to_device(B), format="ell", target="cuda"))
     np.testing.assert_array_equal(np.isnan(C), np.isnan(A @ B))

@@ -31,6 +31,7 @@ a decomposed format, and a cupyx A with one, need host operands for now.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,8 @@ DEVICE_STRUCTURES = StructureCache()
 REPEATS: OrderedDict[tuple, Repeat] = OrderedDict()
 #: How many prepared calls `REPEATS` keeps (each holds its operands alive).
 REPEAT_ENTRIES = 8
+#: A decomposed format's structure arrays on the device: conversion -> kind -> arguments.
+PART_STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def wants_device(A, dense: tuple, out) -> bool:
@@ -180,8 +183,8 @@ def _copy_into(device, host: np.ndarray) -> None:
 
 def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: bool):
     """SpMM with A decomposed by a rule module (hyb, ell, bsr, ...; `ops/parts.py`), the dense
-    operands on the device: the conversion is cached per structure as on the host; the parts'
-    structure and values go to the device per call."""
+    operands on the device: the conversion is cached per structure as on the host, its structure
+    arrays go to the device once (`parts_on_device`), the parts' values per call."""
     module = parts.format_module(format)
     csr = as_csr(A)
     if not structure_checked(csr):
@@ -196,12 +199,25 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
     m, n = csr.shape
     result = _result(op.name, kind, (m, feat), dtype, out, vector)
-    args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **conversion.structure}
+    # The kernel's first run checks the structure on the host arrays; later runs take device copies.
+    structure = parts_on_device(conversion, kind) if id(kernel) in conversion.checked else conversion.structure
+    args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **structure}
     args.update(conversion.values(csr.data, dtype))
     parts.run_parts(kernel, conversion, args, {})
     if vector:
         return out if out is not None else result.reshape(m)
     return out if out is not None else result
+
+
+def parts_on_device(conversion: parts.Conversion, kind: str) -> dict:
+    """The parts' structure arguments with their arrays on the device, copied once per conversion
+    (which is itself cached per structure of A): a repeated call moves only the parts' values."""
+    per_kind = PART_STRUCTURES.setdefault(conversion, {})
+    if kind not in per_kind:
+        per_kind[kind] = {
+            name: to_device(v, kind) if isinstance(v, np.ndarray) else v for name, v in conversion.structure.items()
+        }
+    return per_kind[kind]
 
 
 def _kind(A, dense, out) -> str:

@@ -67,7 +67,9 @@ _RESULTS: dict[str, dict] = {}
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+    # The call's outcome; a setup that did not pass; a failure in any phase (a pytest-xdist worker
+    # that crashed mid-test is reported as failed with `when == "???"`).
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed") or report.failed:
         if not str(report.nodeid).startswith(("tests/gpu/", "gpu/")) and "/gpu/" not in str(report.fspath):
             return
         entry = {"outcome": report.outcome, "seconds": round(report.duration, 3)}
