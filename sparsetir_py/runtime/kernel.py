@@ -442,7 +442,7 @@ class Launcher:
     Calling it launches every nest of the kernel, asynchronously, as a call of the kernel would.
     Each launch goes to the compiled overload for the arguments' types (looked up once, through
     Numba's `specialize`), so no argument is typed again; where that is not available (Numba's
-    simulator) it goes through the dispatcher configured once for its grid and block.
+    simulator) it goes through the dispatcher.
     """
 
     def __init__(self, kernel: CUDAKernel, args: list, launches: list, slots: dict, fallback=None):
@@ -461,13 +461,15 @@ class Launcher:
         configured = fn[grid, block]  # grid, block and stream as Numba normalises them
 
         def dispatched(args):
-            configured(*args, *tail)
+            # Configured at each launch: the simulator's `fn[grid, block]` sets the grid on `fn`
+            # itself, so a configuration kept from before another launch's would be overwritten.
+            fn[grid, block](*args, *tail)
 
         try:
             (compiled,) = fn.specialize(*self.args, *tail).overloads.values()
             launch = compiled.launch
             where = (configured.griddim, configured.blockdim, configured.stream, configured.sharedmem)
-        except Exception:  # the simulator's dispatcher: configured once, typed per launch
+        except Exception:  # the simulator's dispatcher: typed per launch
             return dispatched
         state = {"checked": False}
 
