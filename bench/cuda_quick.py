@@ -90,8 +90,6 @@ def ops_device(op: str, A, operands, format: str) -> Prepared:
         out = cuda.device_array((A.shape[0], B.shape[1]), np.float32)
         fn = lambda: sp.ops.spmm(A, B, format=format, target="cuda", out=out)  # noqa: E731
         return Prepared(fn, lambda C: C.copy_to_host(), sync=cuda.synchronize)
-    if format != "auto":
-        raise ValueError(f"sp.ops SDDMM with format={format!r} on device operands is not built yet")
     X, Y = cuda.to_device(operands["X"]), cuda.to_device(operands["Y"])
     fn = lambda: sp.ops.sddmm(A, X, Y, format=format, target="cuda")  # noqa: E731
     return Prepared(fn, lambda values: values.copy_to_host(), sync=cuda.synchronize)

@@ -199,13 +199,11 @@ class OursCUDA(Library):
     def _through_ops(self, op, A, operands, schedule, format, params) -> Prepared:
         """A format other than csr (`auto`, `hyb`, `ell`, `bsr`, a rule file): `sp.ops` on Numba
         device arrays for the dense operands (A's structure, or its parts', go to the device once;
-        its values per call). SDDMM runs `auto` (CSR on CUDA) only for now."""
+        its values per call)."""
         from numba import cuda
 
         import sparsetir_py as sp
 
-        if op == "sddmm" and format != "auto":
-            raise ValueError(f"SDDMM with format {format!r} on the CUDA target is not built yet (csr and auto are)")
         if format != "auto" and format != "csr":
             import format_rules
 

@@ -151,6 +151,16 @@ def check_formats_on_device_operands():
         again, repeated = counted(call)  # and stays there
         assert repeated["to_device"] < counts["to_device"] and repeated["to_host"] <= 1, (fmt, counts, repeated)
         np.testing.assert_allclose(host(again), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
+    X = np.random.default_rng(7).standard_normal((7, 4)).astype(np.float32)
+    want = A.multiply(X.astype(np.float64) @ B.astype(np.float64).T).tocsr().data
+    for fmt, params in (("hyb", {"num_col_parts": 2, "buckets": [1, 2]}), ("bsr", {"block_size": 2})):
+        for _ in range(2):  # SDDMM: the parts' values scattered back to A's order on the device
+            call = lambda fmt=fmt, params=params: sp.ops.sddmm(  # noqa: E731
+                A, _to_device(X), _to_device(B), format=fmt, target="cuda", **params
+            )
+            values, counts = counted(call)
+            assert isinstance(values, devicearray.FakeCUDAArray) and counts["to_host"] == 0, (fmt, counts)
+            np.testing.assert_allclose(host(values), want, rtol=1e-5, atol=1e-6, err_msg=fmt)
     B[1, 0] = np.inf
     C = host(sp.ops.spmm(A, _to_device(B), format="ell", target="cuda"))
     np.testing.assert_array_equal(np.isnan(C), np.isnan(A @ B))
@@ -234,7 +244,6 @@ def check_errors():
     _raises(lambda: sp.ops.spmm(A, _to_device(np.zeros((5, 4), np.float32))), "device arrays run on target='cuda'")
     B = _to_device(np.zeros((5, 4), np.float32))
     X = _to_device(np.zeros((7, 4), np.float32))
-    _raises(lambda: sp.ops.sddmm(A, X, B, format="hyb", target="cuda"), "format 'hyb' with device operands runs SpMM")
     bad = cuda.device_array((7, 3), np.float32)
     _raises(lambda: sp.ops.spmm(A, B, target="cuda", out=bad), "`out` must have shape (7, 4)")
 

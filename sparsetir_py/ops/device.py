@@ -22,11 +22,16 @@ Results: SpMM gives the `(m, width)` product (`out=` a device array of that shap
 works too; a 1-D operand gives SpMV). SDDMM gives a `cupyx.scipy.sparse.csr_matrix` with A's
 structure for cupy operands, and for Numba ones the values alone: a device array of `nnz`
 entries in A's storage order (the structure is A's, on the host already). The launch is
-asynchronous, as Numba's and CuPy's are. SpMM also runs decomposed formats (`format="hyb"`,
-`"ell"`, `"bsr"`, a rule module; one horizontally fused launch for the parts) on device dense
-operands with a scipy A: where the format pads, B's finiteness is decided on the device (one flag
-comes back; with an inf or NaN in B, CSR's exact loop runs instead, as on the host). SDDMM with
-a decomposed format, and a cupyx A with one, need host operands for now.
+asynchronous, as Numba's and CuPy's are. A repeated call with the same operands (the same
+objects) launches a prepared kernel (`Repeat`, `CUDAKernel.launcher`): O(1) host work.
+
+Decomposed formats (`format="hyb"`, `"ell"`, `"bsr"`, a rule module; one horizontally fused launch
+for the parts) run on device dense operands with a scipy A, converted on the host once per
+structure, the parts' structure on the device once (`parts_on_device`), their values per call.
+SpMM: where the format pads, B's finiteness is decided on the device (one flag comes back; with
+an inf or NaN in B, CSR's exact loop runs instead, as on the host). SDDMM: each part writes its
+values, scattered back to A's order on the device (`scatter_indices`). A cupyx A with a
+decomposed format needs a scipy A (the conversion is a host one).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from ..runtime.device import (
     is_device_array,
     is_device_sparse,
     kind_of,
+    scatter,
     to_device,
 )
 from . import parts
@@ -73,6 +79,8 @@ REPEATS: OrderedDict[tuple, Repeat] = OrderedDict()
 REPEAT_ENTRIES = 8
 #: A decomposed format's structure arrays on the device: conversion -> kind -> arguments.
 PART_STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: SDDMM over a decomposed format: conversion -> kind -> the scatter of each part's values.
+SCATTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def wants_device(A, dense: tuple, out) -> bool:
@@ -92,15 +100,17 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     csr_format = isinstance(format, str) and format in ("csr", "auto")
     if csr_format and params:
         raise InputError(f"format {format!r} takes no parameters with device operands, got {', '.join(params)}")
-    if not csr_format and (op.name != "spmm" or is_device_sparse(A)):
+    if not csr_format and is_device_sparse(A):
         raise InputError(
-            f"format {format!r} with device operands runs SpMM with a scipy A only: pass format='csr' (or "
-            "'auto'), or host (numpy/scipy) operands"
+            f"format {format!r} with device operands runs with a scipy A only (its conversion is made on the "
+            "host, once per structure): pass A as scipy, or format='csr' (or 'auto')"
         )
     kind = _kind(A, dense, out)
     vector = op.name == "spmm" and _ndim(dense[0]) == 1
     if vector:
         dense = (dense[0].reshape(-1, 1) if is_device_array(dense[0]) else np.asarray(dense[0]).reshape(-1, 1),)
+    if not csr_format and op.name == "sddmm":
+        return _sddmm_parts(op, A, dense, format, schedule, params, kind)
     if not csr_format:
         return _spmm_parts(op, A, dense, format, schedule, out, params, kind, vector)
     a = _DeviceCSR.of(A, kind)
@@ -207,6 +217,46 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     if vector:
         return out if out is not None else result.reshape(m)
     return out if out is not None else result
+
+
+def _sddmm_parts(op, A, dense, format, schedule, params, kind: str):
+    """SDDMM with A decomposed by a rule module, the dense operands on the device: each part
+    writes its own values (A's layout in that part), scattered back to A's storage order on the
+    device by index arrays made once per conversion (`scatter_indices`)."""
+    module = parts.format_module(format)
+    a = _DeviceCSR.of(A, kind)
+    csr = as_csr(A)
+    fit = lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)  # noqa: E731
+    dtype, operands, feat = dense_operands(op.name, csr.shape, csr.dtype, dense, read=_read, fit=fit)
+    if feat == 0:
+        return _finish_sddmm(a, a.zero_times(dtype), kind)
+    dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[csr.indices.dtype]
+    conversion = parts.converted(module, csr, params, dname, idtype)
+    kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
+    m, n = csr.shape
+    structure = parts_on_device(conversion, kind) if id(kernel) in conversion.checked else conversion.structure
+    outputs = {"c" + name[1:]: empty_like_kind(kind, where.shape, dtype) for name, where in conversion.gathers.items()}
+    args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **structure, **outputs}
+    args.update(conversion.values(csr.data, dtype))
+    parts.run_parts(kernel, conversion, args, {})
+    result = empty_like_kind(kind, (csr.nnz,), dtype)  # every nonzero of A is one stored slot of a part
+    for name, (dst, src) in scatter_indices(conversion, kind).items():
+        scatter(result, dst, outputs["c" + name[1:]], src)
+    return _finish_sddmm(a, result, kind)
+
+
+def scatter_indices(conversion: parts.Conversion, kind: str) -> dict:
+    """Per value argument of the parts: (positions in A's storage order, positions in the part's
+    flat values) of its stored slots, on the device, once per conversion."""
+    per_kind = SCATTERS.setdefault(conversion, {})
+    if kind not in per_kind:
+        indices = {}
+        for name, where in conversion.gathers.items():
+            flat = where.reshape(-1)
+            src = np.flatnonzero(flat > 0)
+            indices[name] = (to_device(flat[src] - 1, kind), to_device(src, kind))
+        per_kind[kind] = indices
+    return per_kind[kind]
 
 
 def parts_on_device(conversion: parts.Conversion, kind: str) -> dict:

@@ -1,4 +1,5 @@
-"""A device kernel that marks whether an array holds an inf or a NaN (`device.all_finite`).
+"""Small device kernels of the runtime: whether an array holds an inf or a NaN
+(`device.all_finite`), and a scatter by index arrays (`device.scatter`).
 
 A module of its own, imported only when a device array is checked: `from numba import cuda` at
 module level is what Numba's simulator swaps for its own module in a kernel's globals.
@@ -17,3 +18,12 @@ def mark_nonfinite(x, flag):
     i = cuda.grid(1)
     if i < x.shape[0] and not math.isfinite(x[i]):
         flag[0] = 1
+
+
+@cuda.jit
+def scatter(out, dst, src_values, src):
+    """`out[dst[t]] = src_values[src[t]]` for every t (`ops.device`: an SDDMM part's values back in
+    A's storage order)."""
+    t = cuda.grid(1)
+    if t < dst.shape[0]:
+        out[dst[t]] = src_values[src[t]]

@@ -23,6 +23,7 @@ __all__ = [
     "is_device_array",
     "is_device_sparse",
     "kind_of",
+    "scatter",
     "to_device",
 ]
 
@@ -126,3 +127,19 @@ def all_finite(value: Any) -> bool:
     threads = 256
     mark_nonfinite[(size + threads - 1) // threads, threads](value.reshape(size), flag)
     return int(flag.copy_to_host()[0]) == 0
+
+
+def scatter(out: Any, dst: Any, values: Any, src: Any) -> None:
+    """`out[dst] = values.reshape(-1)[src]` on the device, for device index arrays `dst` and
+    `src` of one length (no copy to the host)."""
+    count = describe(dst).shape[0]
+    if count == 0:
+        return
+    size = math.prod(describe(values).shape)
+    if kind_of(out) == "cupy":
+        out[dst] = values.reshape(size)[src]
+        return
+    from .cuda_finite import scatter as kernel
+
+    threads = 256
+    kernel[(count + threads - 1) // threads, threads](out, dst, values.reshape(size), src)
