@@ -6,7 +6,9 @@ A schedule is `fn(sch)` applied at Stage II; one with a `stage1` attribute also 
 
 from __future__ import annotations
 
+from sparsetir_py.ir.expr import IntImm
 from sparsetir_py.schedule import Schedule
+from sparsetir_py.schedule.state import loops_of
 
 from .common import (
     bind_row_search,
@@ -103,6 +105,29 @@ def csr_cuda_rows(sch: Schedule, threads: int = 32) -> None:
     sch.bind(k_inner, "threadIdx.x")
 
 
+def csr_cuda_rows_register(sch: Schedule, max_threads: int = 1024) -> None:
+    """One row per thread block, one feature per thread (`threadIdx.x`: a warp reads 32
+    consecutive columns of a row of B, coalesced), the row's nonzeros inner and summed in a
+    register: the feature loop moved outside the nonzeros, the init decomposed before them (which
+    drops lowering's empty-row initialisation), and C cached in `local` scope written back once
+    per feature (`compact_buffers` makes it one register). `csr_cuda_rows` instead loops over the
+    nonzeros outside the features and adds into C in global memory once per nonzero and feature.
+    A width that is not a constant of at most `max_threads` (threads per block) runs
+    `csr_cuda_rows`."""
+    extent = loops_of(sch.func, "csrmm1")[-1].extent
+    if not (isinstance(extent, IntImm) and extent.value <= max_threads):
+        return csr_cuda_rows(sch)
+    (i,) = sch.get_loops(sch.get_block("csrmm0"))
+    block = sch.get_block("csrmm1")
+    j, k = sch.get_loops(block)
+    sch.reorder(k, j)
+    sch.decompose_reduction(block, j)
+    write = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write, k)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(k, "threadIdx.x")
+
+
 def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
     fuse_rows_and_nonzeros(sch, "csrmm")
 
@@ -144,7 +169,7 @@ csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4)
 csr_cpu_rows_split_fixed = fixed_width(csr_cpu_rows_split)
 csr_cpu_rows_split_x4_fixed = fixed_width(csr_cpu_rows_split_x4)
 
-DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows}
+DEFAULT = {"cpu": csr_cpu_rows, "cuda": csr_cuda_rows_register}
 # Any decomposition into parts (sp.decompose_format: BSR, ELL buckets, hyb, padding).
 hyb_cpu = parts_cpu
 hyb_cuda = parts_cuda
@@ -165,6 +190,7 @@ SCHEDULES = {
     "csr_cpu_rows_split_x4_fixed": csr_cpu_rows_split_x4_fixed,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_nnz_split": csr_cuda_nnz_split,
+    "csr_cuda_rows_register": csr_cuda_rows_register,
     "hyb_cpu": hyb_cpu,
     "hyb_cuda": hyb_cuda,
 }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -112,6 +113,18 @@ def test_cuda_schedules_compile_to_ptx(op, name):
         ptx = kernel.ptx(cc=(8, 0))
         assert ptx.count("shfl.sync.down") == 5 and ".local" not in ptx
         assert "C_rf = np.float32(0.0)  # local register" in kernel.source
+    if name == "csr_cuda_rows_register":
+        # A feature a thread, the row's sum in a register (compacted C_local), no local memory.
+        assert "C_local = np.float32(0.0)  # local register" in kernel.source
+        assert ".local" not in kernel.ptx(cc=(8, 0)) and kernel.resources.threads_per_block == 64
+
+
+def test_register_schedule_falls_back_past_the_thread_limit():
+    """A width over `max_threads` keeps one warp a row (csr_cuda_rows' loop), not a block of
+    more threads than CUDA allows; run in the simulator with the other CUDA schedules."""
+    schedule = functools.partial(spmm_schedules.csr_cuda_rows_register, max_threads=16)
+    kernel = sp.compile(spmm_script(), "cuda", schedule=schedule, specialize={"feat": 64})
+    assert "C_local" not in kernel.source and kernel.resources.threads_per_block == 32
 
 
 SIMULATOR_DRIVER = textwrap.dedent(

@@ -217,7 +217,7 @@ def decompose_reduction(func: PrimFunc, block: str, loop: Var) -> tuple[PrimFunc
         return _nest(kept, mapping, Block(name, tuple(new_ivs), (), (), body, predicate=pred)), name
 
     out = replace_block(func, block, lambda b: b.replace(init=None))
-    guard = _redundant_guard(out, loop, init_nest(NameGen(func))[0])
+    guard = _redundant_guard(out, loop, init_nest(NameGen(func))[0], blk.init)
     if guard is not None:  # lowering's "initialise an empty reduction domain" guard, now redundant
         out = out.replace(body=remove_stmt(out.body, guard))
     nest, init_name = init_nest(NameGen(out))
@@ -249,17 +249,59 @@ def _path_guards(
     return out
 
 
-def _redundant_guard(func: PrimFunc, loop: Var, nest: Stmt) -> Stmt | None:
-    """The `if ...:` right before `loop` whose body does what `nest` does (with blocks inlined)."""
+def _redundant_guard(func: PrimFunc, loop: Var, nest: Stmt, init: Stmt) -> Stmt | None:
+    """Lowering's `if <empty>:` initialisation made redundant by the init nest put before `loop`:
+    the `if` right before `loop` whose body does what `nest` does (with blocks inlined); or,
+    where `loop` sits in loops of the block's spatial iterators (split and reordered before the
+    decomposition, as a CUDA schedule does), the `if` without else right before the outermost of
+    them whose body only stores the init's value into the init's buffer: the init nest runs inside
+    those loops for every spatial point of this instance of the parent block, before anything
+    reads them, so the guard's stores are overwritten with the same values."""
     lpath = loop_path(func, loop, "decompose_reduction")
     target, parent = lpath[-1], lpath[-2] if len(lpath) > 1 else None
+    prev = _before(parent, target)
+    if isinstance(prev, IfThenElse) and prev.else_case is None and structural_equal(prev.then_case, _inline(nest)):
+        return prev
+    k = len(lpath) - 1
+    while k > 0 and isinstance(lpath[k - 1], For):
+        k -= 1
+    if k == len(lpath) - 1 or k == 0:
+        return None
+    prev = _before(lpath[k - 1], lpath[k])
+    if (
+        isinstance(prev, IfThenElse)
+        and prev.else_case is None
+        and _emptiness_test(prev.condition)
+        and _stores_only(prev.then_case, init)
+    ):
+        return prev
+    return None
+
+
+def _emptiness_test(cond: PrimExpr) -> bool:
+    """Whether `cond` is lowering's test of an empty reduction domain: `e == 0`, or an `or` of them."""
+    if isinstance(cond, BinOp) and cond.op == "or":
+        return _emptiness_test(cond.a) and _emptiness_test(cond.b)
+    return isinstance(cond, BinOp) and cond.op == "==" and isinstance(cond.b, IntImm) and cond.b.value == 0
+
+
+def _before(parent: Stmt | None, target: Stmt) -> Stmt | None:
+    """The statement right before `target` in the sequence `parent` (None if there is none)."""
     if not isinstance(parent, SeqStmt):
         return None
     k = next(i for i, s in enumerate(parent.stmts) if s is target)
-    prev = parent.stmts[k - 1] if k > 0 else None
-    if isinstance(prev, IfThenElse) and prev.else_case is None and structural_equal(prev.then_case, _inline(nest)):
-        return prev
-    return None
+    return parent.stmts[k - 1] if k > 0 else None
+
+
+def _stores_only(s: Stmt, init: Stmt) -> bool:
+    """Whether `s` is serial loops, sequences and stores of `init`'s value into `init`'s buffer."""
+    if isinstance(s, For):
+        return s.kind == "serial" and _stores_only(s.body, init)
+    if isinstance(s, SeqStmt):
+        return all(_stores_only(x, init) for x in s.stmts)
+    if isinstance(s, BufferStore):
+        return isinstance(init, BufferStore) and s.buffer is init.buffer and structural_equal(s.value, init.value)
+    return False
 
 
 def _sum_update(blk: Block, primitive: str) -> tuple[object, tuple[PrimExpr, ...], PrimExpr]:

@@ -356,13 +356,15 @@ def _plan_or_raise(buf, parts, ctx, cuda, launch, per_thread_check):
     def canon_map(actx: _Ctx) -> dict[Var, PrimExpr]:
         return {v: canon[tag] for tag, v in actx.threads.items()}
 
-    # Ranges of the variables that vary within one instance of the buffer.
-    def relaxed(actx: _Ctx) -> dict[Var, tuple[PrimExpr, PrimExpr]]:
+    # Ranges of the variables of an index (`used`) that vary within one instance of the buffer (a
+    # loop the index does not name, such as a row's nonzeros with a data-dependent extent, is
+    # not looked at).
+    def relaxed(actx: _Ctx, used: set) -> dict[Var, tuple[PrimExpr, PrimExpr]]:
         out: dict[Var, tuple[PrimExpr, PrimExpr]] = {}
         cmap = canon_map(actx)
         for f in actx.loops:
             is_thread = cuda and f.kind == "thread_binding" and f.thread in actx.threads
-            if is_thread or f.loop_var in fixed_loops or f.loop_var in actx.subst:
+            if is_thread or f.loop_var in fixed_loops or f.loop_var in actx.subst or f.loop_var not in used:
                 continue
             lo = substitute(substitute(f.min, actx.subst), cmap)
             ext = substitute(substitute(f.extent, actx.subst), cmap)
@@ -387,8 +389,8 @@ def _plan_or_raise(buf, parts, ctx, cuda, launch, per_thread_check):
         _check_pure(idx)
         full = substitute(substitute(idx, a.ctx.subst), canon_map(a.ctx))
         _check_pure(full)  # a load in a binding may read memory that changes inside the scope
-        ranges = relaxed(a.ctx)
         used = {n for n in walk(full) if isinstance(n, Var)}
+        ranges = relaxed(a.ctx, used)
         env = {v: r for v, r in ranges.items() if v in used}
         bounds = symbolic_range(full, env)
         if bounds is None:
@@ -410,10 +412,11 @@ def _plan_or_raise(buf, parts, ctx, cuda, launch, per_thread_check):
     # Per access: the part of the index over variables that vary stays; the fixed part becomes
     # the constant `fixed - ref - lo_c`.
     new_index: dict[int, PrimExpr] = {}
-    for a, _, _ in infos:
+    for a, full, _ in infos:
         (idx,) = a.indices
+        ranges = relaxed(a.ctx, {n for n in walk(full) if isinstance(n, Var)})
         try:
-            new_index[id(a)] = _relative(idx, a.ctx, canon_map(a.ctx), relaxed(a.ctx), ref, lo_c)
+            new_index[id(a)] = _relative(idx, a.ctx, canon_map(a.ctx), ranges, ref, lo_c)
         except _Unsure:
             new_index[id(a)] = _modular(idx, ref, lo_c, extent)
     by_key = {}

@@ -94,8 +94,9 @@ def test_decompose_reduction_keeps_spatial_guard():
 
 
 def test_decompose_reduction_sddmm_inner():
-    """At the reduction loop k of SDDMM the init block sits inside loop j; lowering's
-    `if feat == 0` initialisation is not right before k, so it stays."""
+    """At the reduction loop k of SDDMM the init block sits inside loop j (spatial), so it runs
+    for every j: lowering's `if feat == 0` initialisation before loop j is redundant and dropped
+    (its stores only write the init's value)."""
     sch = VerifyingSchedule(sddmm2())
     b = sch.get_block("sddmm1")
     _, k = sch.get_loops(b)
@@ -106,9 +107,6 @@ def test_decompose_reduction_sddmm_inner():
         for i in T.serial(m):
             with T.block("sddmm0"):
                 vi = T.axis.spatial(m, i)
-                if feat == 0:
-                    for j_init in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
-                        C[vi, j_init] = T.float32(0.0)
                 for j in T.serial(J_indptr[vi + 1] - J_indptr[vi]):
                     with T.block("sddmm1_init"):
                         vj_init = T.axis.spatial(J_indptr[vi + 1] - J_indptr[vi], j)
