@@ -15,11 +15,19 @@ of nonzeros (one contiguous range per thread), each also taking four nonzeros at
 one update of C's row for four; SDDMM: four dot products in one sweep over X's row), each also
 compiled for the one width
 (`*_fixed` schedules: the width a constant, so that LLVM sizes the vectors to it), SDDMM over
-nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
-histogram, the spread of columns (how much of B each column partition keeps in cache) and the
-padding each format adds; the best `top` are timed briefly (each after one untimed call that
-converts and compiles), in rounds of one call each so that noise costs them alike, and the fastest
-wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the kernels:
+nonzeros, BSR at each block size of `BLOCK_SIZES` whose sampled block fill is at least
+`BSR_MIN_FILL`, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+histogram, the padding each format adds (BSR: the stored cells at the sampled fill, one column
+index per block), and the size of B against the caches (`Machine`: a B past the last-level cache
+costs a gather from memory for each row not reused while cached, `Structure.reuse_miss`). The
+best `top` are timed briefly, and with them the best of each family that could win (`plan`: CSR
+always, BSR where some fill is high, hyb where the model puts it within `REACH` of CSR), each
+after one untimed call that converts and compiles, in rounds of one call each so that noise
+costs them alike (SpMM into one `out=` whose pages are touched before: the
+kernels' time, not the page faults of a new result), and the fastest measured wins: a family
+that could win but measures slower here is left. The table says, per candidate, the model's
+time, the measured one and their ratio, and per family why it was or was not timed.
+The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the kernels:
 `$SPARSETIR_CACHE_DIR`; or `$SPARSETIR_TUNE_DIR/<key>.json`), keyed by a fingerprint of A's
 structure, the width, the target, the machine (processor, cores, threads) and this module's
 version, so a second process does not tune again.
@@ -185,7 +193,11 @@ MISS_S = 135e-9  # a row of B gathered from memory: the latency of each region's
 PREFETCH_BYTES = 4096  # neighbouring rows of B within this many bytes share one miss
 BSR_FMA = 12e9  # multiply-adds per second of BSR's block product (padding cells included)
 BSR_BLOCK_S = 20e-9  # per stored block: its column index, the loop over its rows
-HYB_BPS = 6e9  # slots of hyb's ELL loops (schedules of a87e274): re-measure when they change
+# A slot of hyb's ELL loops (padding included; the schedules of a87e274: re-measure when they
+# change): a fixed cost and its row of B at this rate (fitted on mesh-b3 and blocks-b4, widths
+# 32/128/512: 42, 70 and 197 ns a slot).
+HYB_SLOT_S = 30e-9
+HYB_BPS = 12e9
 
 
 @dataclass(frozen=True)
@@ -277,6 +289,9 @@ def _machine_id(m: Machine) -> str:
 #: Block sizes of BSR candidates, and the sampled block fill from which BSR is tried.
 BLOCK_SIZES = (2, 3, 4, 6, 8)
 BSR_MIN_FILL = 0.7
+#: Fewer nonzeros than this make too few blocks to pay for a BSR kernel's compilation (a few
+#: seconds per block size): no BSR candidate.
+BSR_MIN_NNZ = 1024
 #: A family other than CSR and BSR is timed when the model puts it within this factor of CSR.
 REACH = 2.0
 
@@ -425,11 +440,12 @@ def _model_bsr(op: str, s: Structure, w: int, mach: Machine, b: int, itemsize: i
 def _model_hyb(s: Structure, w: int, mach: Machine, parts: int, buckets: list[int], itemsize: int = 4) -> float:
     """hyb: `parts` column parts of ELL buckets; every slot (padding included) reads a row of the
     part's slice of B, which stays in cache where the slice fits; each part and bucket is a
-    parallel loop of its own. Slots are read at most at `HYB_BPS` per thread (the ELL loops)."""
+    parallel loop of its own. A slot costs at least `HYB_SLOT_S` and its row at `HYB_BPS`."""
     pad = s.padded_ell(buckets, parts)
     row = w * itemsize
     slots = s.nnz * pad / mach.threads * 1.05
-    gather = max(mach.gather_s(slots, row, s.n * row / parts, _miss(s, mach, row, parts)), slots * row / HYB_BPS)
+    floor = slots * (HYB_SLOT_S + row / HYB_BPS)
+    gather = max(mach.gather_s(slots, row, s.n * row / parts, _miss(s, mach, row, parts)), floor)
     stream = s.nnz * pad * (itemsize + 4) + s.m * row * (1 + parts)
     if parts > 1 and s.n * row > mach.llc_bytes:
         stream += s.n * row  # each slice comes from memory once per call
@@ -444,7 +460,7 @@ def candidates(
 ) -> list[Candidate]:
     """Every configuration worth considering for this matrix, with the model's time, best first:
     CSR schedules, BSR at each block size of `BLOCK_SIZES` whose sampled fill is at least
-    `BSR_MIN_FILL` (CPU), hyb with 1 to 8 column parts.
+    `BSR_MIN_FILL` (CPU, at least `BSR_MIN_NNZ` nonzeros), hyb with 1 to 8 column parts.
 
     `every`: also those left out below `TIMING_GRAIN` (what a cached entry may hold); `itemsize`:
     bytes of a value (4 for float32)."""
@@ -494,7 +510,7 @@ def candidates(
     else:
         out.append(Candidate("csr", {}, None, _model_csr(op, s, w, mach, 1.0, itemsize)))
     large = every or s.nnz * w >= TIMING_GRAIN
-    if cpu and large:
+    if cpu and large and s.nnz >= BSR_MIN_NNZ:
         for b in BLOCK_SIZES:
             if s.fills.get(b, 0.0) >= BSR_MIN_FILL:
                 out.append(Candidate("bsr", {"block_size": b}, None, _model_bsr(op, s, w, mach, b, itemsize)))
@@ -513,8 +529,9 @@ def plan(cands: list[Candidate], s: Structure, w: int, mach: Machine, top: int, 
     """The candidates to time, and one sentence per format family saying why it is timed or not:
     the model's best `top`, and the best of each family that could win even where the model
     ranks it lower: CSR always; BSR where some block size has a sampled fill of at least
-    `BSR_MIN_FILL`; hyb where B outgrows the last-level cache (its column parts keep a slice of
-    B in cache) or the model puts it within `REACH` of CSR. Sets each candidate's `why`."""
+    `BSR_MIN_FILL` (the block product is where today's model is least sure); hyb where the model
+    puts it within `REACH` of CSR (which it does where B outgrows the last-level cache and its
+    column parts keep a slice of B in cache). Sets each candidate's `why`."""
     chosen = {id(c): f"top {top} of the model" for c in cands[:top]}
     families: dict[str, str] = {}
     best = {}
@@ -537,17 +554,14 @@ def plan(cands: list[Candidate], s: Structure, w: int, mach: Machine, top: int, 
         c = best["hyb"]
         row = w * itemsize
         ratio = c.predicted_s / max(csr.predicted_s, 1e-12)
-        if s.n * row > mach.llc_bytes:
-            why = f"B ({s.n * row / 2**20:.0f} MiB) outgrows the last-level cache ({mach.llc_bytes / 2**20:.0f} MiB)"
-        elif ratio <= REACH:
-            why = f"the model puts it at {ratio:.2f}x CSR (within {REACH}x)"
-        else:
-            why = None
-        if why:
+        fits = "fits" if s.n * row <= mach.llc_bytes else "outgrows"
+        where = f"B ({s.n * row / 2**20:.1f} MiB) {fits} the last-level cache ({mach.llc_bytes / 2**20:.0f} MiB)"
+        if ratio <= REACH:
+            why = f"the model puts it at {ratio:.2f}x CSR (within {REACH}x); {where}"
             chosen.setdefault(id(c), f"the best hyb by the model: {why}")
             families["hyb"] = f"timed: {why}"
         else:
-            families["hyb"] = f"not timed: the model puts it at {ratio:.1f}x CSR and B fits the cache"
+            families["hyb"] = f"not timed: the model puts it at {ratio:.1f}x CSR (more than {REACH}x); {where}"
     for c in cands:
         c.why = chosen.get(id(c), "not timed: another of its family was")
     return [c for c in cands if id(c) in chosen], families
