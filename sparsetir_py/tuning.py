@@ -208,15 +208,20 @@ class Machine:
     (`machine()`), falling back to 1 MiB and 32 MiB where sysfs does not say; `llc_bytes` caps the
     L3 at `LLC_PER_CORE` per visible core (a VM sees its host's whole cache).
 
-    The rates (`HIT_BPS`, `LLC_BPS`, `MISS_S`, `BSR_FMA`, `BSR_BLOCK_S`, and the
-    stream rate) were calibrated by timing the candidates of each bench graph (the shipped ones,
-    `rmat`, `rmat-large`, `BLOCK_GRAPHS`) at widths 32, 128 and 512 with `sp.ops` on this
-    project's 2-core machine (interleaved rounds, medians) and fitting, family by family, the
-    per-nonzero (CSR), per-slot (hyb) and per-block (BSR) costs so that model / measured lies in
-    [0.5, 2] for each: CSR on graphs whose B fits the cache (cora, mesh) gives `HIT_BPS`, CSR on
-    `rmat-large` (B past the cache, columns permuted) gives `MISS_S`, BSR on the
-    block graphs gives `BSR_FMA` and `BSR_BLOCK_S`. Timings on a shared machine vary by 2x
-    between runs: re-measure with the same procedure when kernels change.
+    The rates (`HIT_BPS`, `LLC_BPS`, `MISS_S`, `BSR_FMA`, `BSR_BLOCK_S`, `HYB_SLOT_S`, `HYB_BPS`,
+    and the stream rate) are per thread, calibrated on this project's 2-core machine: for each
+    bench graph (the shipped ones, `rmat`, `rmat-large`, `BLOCK_GRAPHS`: `bench/graphs.py`) and
+    width 32, 128 and 512, `tune(op, A, w, top=2, budget=0.1, cache=False, run=sp.ops.spmm)`
+    with `TIMING_GRAIN` 0, and every candidate of `candidates(..., every=True)` timed the same
+    way; then each family's rates fitted to its own rows of the tables (the `model/measured`
+    column), in this order: `HIT_BPS` from CSR on graphs whose B is reused from cache (cora,
+    mesh-b3: rows next to each other share columns), `MISS_S` from CSR on `rmat-large` (B past
+    the cache, columns permuted: 140-220 ms at widths 128/512 on a quiet machine), `BSR_FMA` and
+    `BSR_BLOCK_S` from BSR on the block graphs, `HYB_SLOT_S` and `HYB_BPS` from hyb on mesh-b3
+    and blocks-b4 (their slot cost at three widths). The target is model/measured within
+    [0.5, 2]; the shared machine's load moves measured times by 2x and more (a parallel loop
+    waits for a descheduled thread), so fit on the least loaded runs and re-measure when the
+    kernels change.
     """
 
     threads: int
