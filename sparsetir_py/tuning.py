@@ -193,6 +193,7 @@ MISS_S = 135e-9  # a row of B gathered from memory: the latency of each region's
 PREFETCH_BYTES = 4096  # neighbouring rows of B within this many bytes share one miss
 BSR_FMA = 12e9  # multiply-adds per second of BSR's block product (padding cells included)
 BSR_BLOCK_S = 20e-9  # per stored block: its column index, the loop over its rows
+BSR_SDDMM = 2.5  # SDDMM's block product (a dot product per cell) over SpMM's, per cell
 # A slot of hyb's ELL loops (padding included; the schedules of a87e274: re-measure when they
 # change): a fixed cost and its row of B at this rate (fitted on mesh-b3 and blocks-b4, widths
 # 32/128/512: 42, 70 and 197 ns a slot).
@@ -217,7 +218,8 @@ class Machine:
     column), in this order: `HIT_BPS` from CSR on graphs whose B is reused from cache (cora,
     mesh-b3: rows next to each other share columns), `MISS_S` from CSR on `rmat-large` (B past
     the cache, columns permuted: 140-220 ms at widths 128/512 on a quiet machine), `BSR_FMA` and
-    `BSR_BLOCK_S` from BSR on the block graphs, `HYB_SLOT_S` and `HYB_BPS` from hyb on mesh-b3
+    `BSR_BLOCK_S` from BSR SpMM on the block graphs (`BSR_SDDMM` from BSR SDDMM on mesh-b3 and
+    blocks-b8), `HYB_SLOT_S` and `HYB_BPS` from hyb on mesh-b3
     and blocks-b4 (their slot cost at three widths). The target is model/measured within
     [0.5, 2]; the shared machine's load moves measured times by 2x and more (a parallel loop
     waits for a descheduled thread), so fit on the least loaded runs and re-measure when the
@@ -435,7 +437,8 @@ def _model_bsr(op: str, s: Structure, w: int, mach: Machine, b: int, itemsize: i
     miss = tuple(min(1.0, f * fill * b) for f in _miss(s, mach, row))
     per_thread = blocks / mach.threads * 1.05  # block rows split by blocks
     gather = mach.gather_s(per_thread * b, row, s.n * row, miss)
-    compute = per_thread * (b * b * w / BSR_FMA + BSR_BLOCK_S)
+    product = b * b * w / BSR_FMA * (BSR_SDDMM if op == "sddmm" else 1.0)
+    compute = per_thread * (product + BSR_BLOCK_S)
     stream = cells * itemsize + blocks * 4 + s.m * row  # A's blocks, their columns, C (SDDMM: X)
     if op == "sddmm":
         stream += cells * itemsize  # the result's blocks
