@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from . import ops
 from .tuning import (
+    BLOCK_SIZES,
+    BSR_MIN_FILL,
     MAX_ENTRY_BYTES,
     TIMING_GRAIN,
     TUNE_FORMAT,
@@ -28,6 +30,8 @@ from .tuning import (
 from .tuning import tune as search
 
 __all__ = [
+    "BLOCK_SIZES",
+    "BSR_MIN_FILL",
     "MAX_ENTRY_BYTES",
     "TIMING_GRAIN",
     "TUNE_FORMAT",

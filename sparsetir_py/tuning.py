@@ -15,11 +15,19 @@ of nonzeros (one contiguous range per thread), each also taking four nonzeros at
 one update of C's row for four; SDDMM: four dot products in one sweep over X's row), each also
 compiled for the one width
 (`*_fixed` schedules: the width a constant, so that LLVM sizes the vectors to it), SDDMM over
-nonzeros, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
-histogram, the spread of columns (how much of B each column partition keeps in cache) and the
-padding each format adds; the best `top` are timed briefly (each after one untimed call that
-converts and compiles), in rounds of one call each so that noise costs them alike, and the fastest
-wins. The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the kernels:
+nonzeros, BSR at each block size of `BLOCK_SIZES` whose sampled block fill is at least
+`BSR_MIN_FILL`, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+histogram, the padding each format adds (BSR: the stored cells at the sampled fill, one column
+index per block), and the size of B against the caches (`Machine`: a B past the last-level cache
+costs a gather from memory for each row not reused while cached, `Structure.reuse_miss`). The
+best `top` are timed briefly, and with them the best of each family that could win (`plan`: CSR
+always, BSR where some fill is high, hyb where the model puts it within `REACH` of CSR), each
+after one untimed call that converts and compiles, in rounds of one call each so that noise
+costs them alike (SpMM into one `out=` whose pages are touched before: the
+kernels' time, not the page faults of a new result), and the fastest measured wins: a family
+that could win but measures slower here is left. The table says, per candidate, the model's
+time, the measured one and their ratio, and per family why it was or was not timed.
+The result is cached in memory and on disk (`<cache>/tune/<key>.json`, beside the kernels:
 `$SPARSETIR_CACHE_DIR`; or `$SPARSETIR_TUNE_DIR/<key>.json`), keyed by a fingerprint of A's
 structure, the width, the target, the machine (processor, cores, threads) and this module's
 version, so a second process does not tune again.
@@ -58,13 +66,14 @@ import scipy.sparse
 
 from .codegen.cpu import SPLIT_PARTS
 from .errors import InputError, TargetError
+from .format import block_fill
 from .inputs import positive_int
-from .operands import as_csr
+from .operands import as_csr, value_dtype
 from .runtime import timing
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
-TUNE_FORMAT = 6  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 7  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
 _MEMORY: dict[str, TuneResult] = {}
@@ -82,6 +91,7 @@ class Candidate:
     measured_s: float | None = None
     setup_s: float | None = None  # the untimed first call: conversion and compilation
     error: str | None = None
+    why: str | None = None  # why the search timed it, or did not
 
     @property
     def label(self) -> str:
@@ -91,13 +101,16 @@ class Candidate:
 
 
 class Table:
-    """What was tried, one row per candidate in model order: printable, HTML in Jupyter."""
+    """What was tried, one row per candidate in model order (the model's time, the measured one,
+    their ratio, and why it was timed or not), then one line per format family saying why it was
+    or was not timed: printable, HTML in Jupyter."""
 
-    COLUMNS = ("rank", "candidate", "model ms", "measured ms", "setup ms", "note")
+    COLUMNS = ("rank", "candidate", "model ms", "measured ms", "model/measured", "setup ms", "note")
 
-    def __init__(self, candidates: list[Candidate], winner: Candidate):
+    def __init__(self, candidates: list[Candidate], winner: Candidate, families: dict[str, str] | None = None):
         self.candidates = candidates
         self.winner = winner
+        self.families = dict(families or {})
 
     def rows(self) -> list[tuple[str, ...]]:
         def ms(v):
@@ -105,8 +118,11 @@ class Table:
 
         out = []
         for rank, c in enumerate(self.candidates, 1):
-            note = c.error or ("chosen" if c is self.winner else ("" if c.measured_s is not None else "not timed"))
-            out.append((str(rank), c.label, ms(c.predicted_s), ms(c.measured_s), ms(c.setup_s), note))
+            note = c.error or ("chosen" if c is self.winner else (c.why or ("" if c.measured_s else "not timed")))
+            if c is self.winner and c.why:
+                note = f"chosen; {c.why}"
+            ratio = f"{c.predicted_s / c.measured_s:.2f}" if c.measured_s else "-"
+            out.append((str(rank), c.label, ms(c.predicted_s), ms(c.measured_s), ratio, ms(c.setup_s), note))
         return out
 
     def __str__(self) -> str:
@@ -114,6 +130,7 @@ class Table:
         widths = [max(len(r[k]) for r in rows) for k in range(len(self.COLUMNS))]
         lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
+        lines += [f"{family}: {why}" for family, why in self.families.items()]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -122,7 +139,9 @@ class Table:
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in self.rows())
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        notes = "".join(f"<li>{html.escape(f)}: {html.escape(w)}</li>" for f, w in self.families.items())
+        table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return table + (f"<ul>{notes}</ul>" if notes else "")
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -163,21 +182,79 @@ class TuneResult:
 
 
 # -------------------------------------------------------------------- the machine and the matrix
+#: The share of a last-level cache one core can count on. sysfs reports the whole socket's L3,
+#: which on a cloud VM is a host's cache shared with every other tenant (300 MB seen from a
+#: 2-vCPU VM of this project's machine); per visible core, no more than this is counted.
+LLC_PER_CORE = 4 << 20
+#: Rates of one thread (calibrated as `Machine`'s docstring says), in seconds or bytes/second.
+HIT_BPS = 28e9  # a row of B read from L1/L2 (reused within a thread's window of rows)
+LLC_BPS = 18e9  # a row of B from a last-level cache that holds all of B
+MISS_S = 135e-9  # a row of B gathered from memory: the latency of each region's first miss
+PREFETCH_BYTES = 4096  # neighbouring rows of B within this many bytes share one miss
+BSR_FMA = 12e9  # multiply-adds per second of BSR's block product (padding cells included)
+BSR_BLOCK_S = 20e-9  # per stored block: its column index, the loop over its rows
+BSR_SDDMM = 2.5  # SDDMM's block product (a dot product per cell) over SpMM's, per cell
+# A slot of hyb's ELL loops (padding included; the schedules of a87e274: re-measure when they
+# change): a fixed cost and its row of B at this rate (fitted on mesh-b3 and blocks-b4, widths
+# 32/128/512: 42, 70 and 197 ns a slot).
+HYB_SLOT_S = 30e-9
+HYB_BPS = 12e9
+
+
 @dataclass(frozen=True)
 class Machine:
+    """The processor as the cost model sees it: threads, cache sizes and rates.
+
+    `l2_bytes` (per core) and `l3_bytes` are read from `/sys/devices/system/cpu/cpu0/cache`
+    (`machine()`), falling back to 1 MiB and 32 MiB where sysfs does not say; `llc_bytes` caps the
+    L3 at `LLC_PER_CORE` per visible core (a VM sees its host's whole cache).
+
+    The rates (`HIT_BPS`, `LLC_BPS`, `MISS_S`, `BSR_FMA`, `BSR_BLOCK_S`, `HYB_SLOT_S`, `HYB_BPS`,
+    and the stream rate) are per thread, calibrated on this project's 2-core machine: for each
+    bench graph (the shipped ones, `rmat`, `rmat-large`, `BLOCK_GRAPHS`: `bench/graphs.py`) and
+    width 32, 128 and 512, `tune(op, A, w, top=2, budget=0.1, cache=False, run=sp.ops.spmm)`
+    with `TIMING_GRAIN` 0, and every candidate of `candidates(..., every=True)` timed the same
+    way; then each family's rates fitted to its own rows of the tables (the `model/measured`
+    column), in this order: `HIT_BPS` from CSR on graphs whose B is reused from cache (cora,
+    mesh-b3: rows next to each other share columns), `MISS_S` from CSR on `rmat-large` (B past
+    the cache, columns permuted: 140-220 ms at widths 128/512 on a quiet machine), `BSR_FMA` and
+    `BSR_BLOCK_S` from BSR SpMM on the block graphs (`BSR_SDDMM` from BSR SDDMM on mesh-b3 and
+    blocks-b8), `HYB_SLOT_S` and `HYB_BPS` from hyb on mesh-b3
+    and blocks-b4 (their slot cost at three widths). The target is model/measured within
+    [0.5, 2]; the shared machine's load moves measured times by 2x and more (a parallel loop
+    waits for a descheduled thread), so fit on the least loaded runs and re-measure when the
+    kernels change.
+    """
+
     threads: int
     l2_bytes: int  # per core
     l3_bytes: int  # shared
     stream_bps: float = 35e9  # streaming bandwidth, 2 threads (docs/design.md §5)
+    cores: int = 0  # CPUs visible to this process (0: `threads`)
 
-    def gather_bps(self, table_bytes: float) -> float:
-        """Rate of reading rows of a dense operand of `table_bytes` at random: from L2 when it fits
-        there, from L3 when it fits there, else from memory."""
+    @property
+    def llc_bytes(self) -> int:
+        """The last-level cache this process can count on (see `LLC_PER_CORE`)."""
+        return min(self.l3_bytes, LLC_PER_CORE * max(self.cores, self.threads, 1))
+
+    def gather_s(self, rows: float, row_bytes: float, table_bytes: float, miss: tuple[float, float]) -> float:
+        """Seconds one thread spends reading `rows` rows of `row_bytes` each from a dense operand
+        of `table_bytes`: from L2 when it fits there, from the last-level cache when it fits
+        there, else (`miss` = the fractions of rows and of regions first touched:
+        `Structure.reuse_miss`) the rows first touched come from memory, at the streaming rate
+        and one latency per region, and the rest from the caches."""
         if table_bytes <= self.l2_bytes:
-            return 4.0 * self.stream_bps
-        if table_bytes <= self.l3_bytes:
-            return 1.6 * self.stream_bps
-        return self.stream_bps
+            return rows * row_bytes / HIT_BPS
+        if table_bytes <= self.llc_bytes:
+            return rows * row_bytes / LLC_BPS
+        new, regions = miss
+        memory = new * row_bytes / (self.stream_bps / max(self.threads, 1)) + regions * MISS_S
+        return rows * ((1 - new) * row_bytes / HIT_BPS + memory)
+
+    def window(self, row_bytes: float) -> int:
+        """How many rows of B one thread keeps in its share of the caches."""
+        share = self.llc_bytes / max(self.threads, 1) + self.l2_bytes
+        return max(1, int(share // max(row_bytes, 1)))
 
 
 def _cache_size(level: int, default: int) -> int:
@@ -199,7 +276,9 @@ def _cache_size(level: int, default: int) -> int:
 def machine() -> Machine:
     import numba
 
-    return Machine(numba.get_num_threads(), _cache_size(2, 1 << 20), _cache_size(3, 32 << 20))
+    return Machine(
+        numba.get_num_threads(), _cache_size(2, 1 << 20), _cache_size(3, 32 << 20), cores=os.cpu_count() or 1
+    )
 
 
 def _machine_id(m: Machine) -> str:
@@ -214,18 +293,64 @@ def _machine_id(m: Machine) -> str:
     return f"{cpu}|{os.cpu_count()}|{m.threads}|{m.l2_bytes}|{m.l3_bytes}"
 
 
+#: Block sizes of BSR candidates, and the sampled block fill from which BSR is tried.
+BLOCK_SIZES = (2, 3, 4, 6, 8)
+BSR_MIN_FILL = 0.7
+#: Fewer nonzeros than this make too few blocks to pay for a BSR kernel's compilation (a few
+#: seconds per block size): no BSR candidate.
+BSR_MIN_NNZ = 1024
+#: A family other than CSR and BSR is timed when the model puts it within this factor of CSR.
+REACH = 2.0
+
+
 @dataclass
 class Structure:
-    """What the model reads of A: sizes, row lengths, and the work of a static row split."""
+    """What the model reads of A: sizes, row lengths, the work of a static row split, the block
+    fill of BSR at each of `BLOCK_SIZES` (sampled: `sp.format.block_fill`), and the columns (for
+    how often a row of B is read again while it is still in cache: `reuse_miss`)."""
 
     m: int
     n: int
     nnz: int
     lengths: np.ndarray
+    indices: np.ndarray | None = None
+    fills: dict[int, float] = field(default_factory=dict)
+    _misses: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, csr: scipy.sparse.csr_matrix) -> Structure:
-        return cls(csr.shape[0], csr.shape[1], csr.nnz, np.diff(csr.indptr).astype(np.int64))
+        fills = {b: block_fill(csr, b, sample=256) for b in BLOCK_SIZES} if csr.nnz else {}
+        return cls(csr.shape[0], csr.shape[1], csr.nnz, np.diff(csr.indptr).astype(np.int64), csr.indices, fills)
+
+    def reuse_miss(self, window: int, parts: int = 1, row_bytes: int = 0, samples: int = 8) -> tuple[float, float]:
+        """What a thread reads from memory when its cache holds `window` rows of B (of one column
+        part of `parts`), per nonzero: the fraction of rows read for the first time in a window
+        of consecutive nonzeros that touch about `window` rows, and the fraction of first touches
+        of a `PREFETCH_BYTES` region of B (rows of `row_bytes` next to each other share one
+        miss's latency: the prefetcher brings the neighbours). Windows at `samples` evenly spaced
+        places: O(samples x window) work, at most 2**17 nonzeros a window. (1.0, 1.0) without
+        columns to look at."""
+        if self.indices is None or self.nnz == 0:
+            return 1.0, 1.0
+        key = (window, parts, row_bytes)
+        if key not in self._misses:
+            self._misses[key] = self._reuse_miss(window, parts, row_bytes, samples)
+        return self._misses[key]
+
+    def _reuse_miss(self, window: int, parts: int, row_bytes: int, samples: int) -> tuple[float, float]:
+        span = min(self.nnz, window * parts, 1 << 17)
+        starts = np.linspace(0, self.nnz - span, samples).astype(np.int64)
+        per_region = max(1, PREFETCH_BYTES // max(row_bytes, 1))
+        rows = regions = reads = 0
+        for k, start in enumerate(starts):
+            cols = np.asarray(self.indices[start : start + span], dtype=np.int64)
+            if parts > 1:
+                cols = cols[cols * parts // max(self.n, 1) == k % parts]
+            distinct = np.unique(cols)
+            rows += distinct.size
+            regions += np.unique(distinct // per_region).size
+            reads += cols.size
+        return (rows / reads, regions / reads) if reads else (1.0, 1.0)
 
     def static_imbalance(self, threads: int) -> float:
         """Largest thread's share of the nonzeros when rows are split into equal contiguous
@@ -277,20 +402,76 @@ def _default_buckets(s: Structure, col_parts: int) -> list[int]:
     return [1 << k for k in range(int(math.log2(top)) + 1)]
 
 
-def _model_csr(op: str, s: Structure, w: int, mach: Machine, imbalance: float) -> float:
+def _miss(s: Structure, mach: Machine, row_bytes: int, parts: int = 1) -> tuple[float, float]:
+    """The fractions of B's rows and regions read from memory (none when B, or one column part
+    of it, fits the last-level cache)."""
+    if s.n * row_bytes / parts <= mach.llc_bytes:
+        return 0.0, 0.0
+    return s.reuse_miss(mach.window(row_bytes), parts, row_bytes)
+
+
+def _model_csr(op: str, s: Structure, w: int, mach: Machine, imbalance: float, itemsize: int = 4) -> float:
+    """CSR: every nonzero reads a row of B (SDDMM: of Y) of `w` values, from the cache level B
+    fits in (`Machine.gather_s`), spread over the threads by the row split (`imbalance`); A's
+    values and indices and C's rows stream."""
+    row = w * itemsize
+    gather = mach.gather_s(s.nnz / mach.threads * imbalance, row, s.n * row, _miss(s, mach, row))
     if op == "spmm":
-        gather = s.nnz * w * 4 / mach.gather_bps(s.n * w * 4)
-        stream = (s.nnz * 8 + s.m * w * 4 * 2) / mach.stream_bps
+        stream = s.nnz * (itemsize + 4) + s.m * row
     else:
-        gather = s.nnz * w * 4 / mach.gather_bps(s.n * w * 4)
-        stream = (s.nnz * 12 + s.m * w * 4) / mach.stream_bps
-    return (gather + stream) / mach.threads * imbalance + s.m * 2e-9 + 8e-6
+        stream = s.nnz * (2 * itemsize + 4) + s.m * row
+    return gather + stream / mach.stream_bps + s.m * 2e-9 / mach.threads + 8e-6
 
 
-def candidates(op: str, s: Structure, w: int, target: str, mach: Machine, *, every: bool = False) -> list[Candidate]:
-    """Every configuration worth considering for this matrix, with the model's time, best first.
+def _model_bsr(op: str, s: Structure, w: int, mach: Machine, b: int, itemsize: int = 4) -> float:
+    """BSR of `b` x `b` blocks at the sampled fill: the block product runs over every stored
+    cell, padding included (`BSR_FMA`), and each block reads one column index and `b` rows of B
+    (SDDMM: of Y), which is `fill x b` times fewer row reads than CSR's one per nonzero."""
+    fill = s.fills.get(b, 0.0)
+    if s.nnz == 0 or fill <= 0:
+        return 8e-6
+    blocks = s.nnz / (fill * b * b)
+    cells = blocks * b * b
+    row = w * itemsize
+    # The same rows and regions first touched as CSR's, over `fill x b` times fewer reads.
+    miss = tuple(min(1.0, f * fill * b) for f in _miss(s, mach, row))
+    per_thread = blocks / mach.threads * 1.05  # block rows split by blocks
+    gather = mach.gather_s(per_thread * b, row, s.n * row, miss)
+    product = b * b * w / BSR_FMA * (BSR_SDDMM if op == "sddmm" else 1.0)
+    compute = per_thread * (product + BSR_BLOCK_S)
+    stream = cells * itemsize + blocks * 4 + s.m * row  # A's blocks, their columns, C (SDDMM: X)
+    if op == "sddmm":
+        stream += cells * itemsize  # the result's blocks
+    return gather + compute + stream / mach.stream_bps + 8e-6
 
-    `every`: also those left out below `TIMING_GRAIN` (what a cached entry may hold)."""
+
+def _model_hyb(s: Structure, w: int, mach: Machine, parts: int, buckets: list[int], itemsize: int = 4) -> float:
+    """hyb: `parts` column parts of ELL buckets; every slot (padding included) reads a row of the
+    part's slice of B, which stays in cache where the slice fits; each part and bucket is a
+    parallel loop of its own. A slot costs at least `HYB_SLOT_S` and its row at `HYB_BPS`."""
+    pad = s.padded_ell(buckets, parts)
+    row = w * itemsize
+    slots = s.nnz * pad / mach.threads * 1.05
+    floor = slots * (HYB_SLOT_S + row / HYB_BPS)
+    gather = max(mach.gather_s(slots, row, s.n * row / parts, _miss(s, mach, row, parts)), floor)
+    stream = s.nnz * pad * (itemsize + 4) + s.m * row * (1 + parts)
+    if parts > 1 and s.n * row > mach.llc_bytes:
+        stream += s.n * row  # each slice comes from memory once per call
+    # A row longer than the largest bucket adds a layer per bucket-width of it.
+    layers = math.ceil(s.lengths.max(initial=0) / parts / buckets[-1]) if s.m else 0
+    overhead = (len(buckets) + max(0, layers - 1)) * parts * 12e-6
+    return gather + stream / mach.stream_bps + overhead
+
+
+def candidates(
+    op: str, s: Structure, w: int, target: str, mach: Machine, *, every: bool = False, itemsize: int = 4
+) -> list[Candidate]:
+    """Every configuration worth considering for this matrix, with the model's time, best first:
+    CSR schedules, BSR at each block size of `BLOCK_SIZES` whose sampled fill is at least
+    `BSR_MIN_FILL` (CPU, at least `BSR_MIN_NNZ` nonzeros), hyb with 1 to 8 column parts.
+
+    `every`: also those left out below `TIMING_GRAIN` (what a cached entry may hold); `itemsize`:
+    bytes of a value (4 for float32)."""
     out: list[Candidate] = []
     cpu = target == "cpu"
     if cpu:
@@ -326,30 +507,72 @@ def candidates(op: str, s: Structure, w: int, target: str, mach: Machine, *, eve
             name = "csr_cpu_rows" + split + ("_x4" if x4 else "") + ("_fixed" if fixed else "")
             factor = (gain if x4 else 1.0) * ((unrolled if x4 else plain) if fixed else 1.0)
             extra = searches if split else 0.0
-            out.append(Candidate("csr", {}, name, _model_csr(op, s, w, mach, imbalance) * factor + extra))
+            model = _model_csr(op, s, w, mach, imbalance, itemsize)
+            out.append(Candidate("csr", {}, name, model * factor + extra))
         if op == "sddmm":
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
-            xrows = s.nnz * w * 4 / mach.gather_bps(s.m * w * 4) / mach.threads
-            out.append(Candidate("csr", {}, "csr_cpu_nonzeros", _model_csr(op, s, w, mach, 1.02) + search + xrows))
+            row = w * itemsize
+            xrows = mach.gather_s(s.nnz / mach.threads, row, s.m * row, (0.0, 0.0))
+            model = _model_csr(op, s, w, mach, 1.02, itemsize) + search + xrows
+            out.append(Candidate("csr", {}, "csr_cpu_nonzeros", model))
     else:
-        out.append(Candidate("csr", {}, None, _model_csr(op, s, w, mach, 1.0)))
-    if every or s.nnz * w >= TIMING_GRAIN or not cpu:
+        out.append(Candidate("csr", {}, None, _model_csr(op, s, w, mach, 1.0, itemsize)))
+    large = every or s.nnz * w >= TIMING_GRAIN
+    if cpu and large and s.nnz >= BSR_MIN_NNZ:
+        for b in BLOCK_SIZES:
+            if s.fills.get(b, 0.0) >= BSR_MIN_FILL:
+                out.append(Candidate("bsr", {"block_size": b}, None, _model_bsr(op, s, w, mach, b, itemsize)))
+    if large or not cpu:
         for parts in (1, 2, 4, 8):
             if parts > 1 and (op == "sddmm" or s.n < 2048 * parts):
                 continue
             buckets = _default_buckets(s, parts)
-            pad = s.padded_ell(buckets, parts)
-            slice_bytes = s.n * w * 4 / parts
-            gather = s.nnz * pad * w * 4 / mach.gather_bps(slice_bytes)
-            stream = (s.nnz * pad * 8 + s.m * w * 4 * (1 + parts)) / mach.stream_bps
-            # Each part and layer is a parallel loop of its own where rows are shared (CPU): a row
-            # longer than the largest bucket adds a layer per bucket-width of it.
-            layers = math.ceil(s.lengths.max(initial=0) / parts / buckets[-1]) if s.m else 0
-            overhead = (len(buckets) + max(0, layers - 1)) * parts * 12e-6
-            t = (gather + stream) / mach.threads * 1.05 + overhead
-            out.append(Candidate("hyb", {"num_col_parts": parts, "buckets": buckets}, None, t))
+            model = _model_hyb(s, w, mach, parts, buckets, itemsize)
+            out.append(Candidate("hyb", {"num_col_parts": parts, "buckets": buckets}, None, model))
     out.sort(key=lambda c: c.predicted_s)
     return out
+
+
+def plan(cands: list[Candidate], s: Structure, w: int, mach: Machine, top: int, *, itemsize: int = 4):
+    """The candidates to time, and one sentence per format family saying why it is timed or not:
+    the model's best `top`, and the best of each family that could win even where the model
+    ranks it lower: CSR always; BSR where some block size has a sampled fill of at least
+    `BSR_MIN_FILL` (the block product is where today's model is least sure); hyb where the model
+    puts it within `REACH` of CSR (which it does where B outgrows the last-level cache and its
+    column parts keep a slice of B in cache). Sets each candidate's `why`."""
+    chosen = {id(c): f"top {top} of the model" for c in cands[:top]}
+    families: dict[str, str] = {}
+    best = {}
+    for c in cands:
+        best.setdefault(c.format, c)
+    csr = best.get("csr")
+    if csr is not None:
+        chosen.setdefault(id(csr), "the best CSR by the model")
+        families["csr"] = "timed: always (the baseline every other format must beat)"
+    fills = {b: f for b, f in s.fills.items()}
+    top_b = max(fills, key=fills.get) if fills else None
+    if "bsr" in best:
+        c = best["bsr"]
+        b = c.params["block_size"]
+        chosen.setdefault(id(c), f"the best BSR by the model (block fill {fills[b]:.2f} at b={b})")
+        families["bsr"] = f"timed: sampled block fill {fills[top_b]:.2f} at b={top_b} >= {BSR_MIN_FILL}"
+    elif top_b is not None and fills[top_b] < BSR_MIN_FILL:
+        families["bsr"] = f"not a candidate: best sampled block fill {fills[top_b]:.2f} at b={top_b} < {BSR_MIN_FILL}"
+    if "hyb" in best and csr is not None:
+        c = best["hyb"]
+        row = w * itemsize
+        ratio = c.predicted_s / max(csr.predicted_s, 1e-12)
+        fits = "fits" if s.n * row <= mach.llc_bytes else "outgrows"
+        where = f"B ({s.n * row / 2**20:.1f} MiB) {fits} the last-level cache ({mach.llc_bytes / 2**20:.0f} MiB)"
+        if ratio <= REACH:
+            why = f"the model puts it at {ratio:.2f}x CSR (within {REACH}x); {where}"
+            chosen.setdefault(id(c), f"the best hyb by the model: {why}")
+            families["hyb"] = f"timed: {why}"
+        else:
+            families["hyb"] = f"not timed: the model puts it at {ratio:.1f}x CSR (more than {REACH}x); {where}"
+    for c in cands:
+        c.why = chosen.get(id(c), "not timed: another of its family was")
+    return [c for c in cands if id(c) in chosen], families
 
 
 # -------------------------------------------------------------------- timing
@@ -361,10 +584,22 @@ def _operands(op: str, csr, w: int, dtype) -> tuple:
     return rng.uniform(-1, 1, (m, w)).astype(dtype), rng.uniform(-1, 1, (n, w)).astype(dtype)
 
 
-def _setup(run: Callable, csr, operands, c: Candidate, target: str):
+def _result(op: str, csr, w: int, dtype, target: str) -> dict:
+    """`out=` for the timed calls of SpMM on the CPU: one result, its pages touched once, so that
+    the times are the kernels' and not the first-touch page faults of a new result per call (a
+    400 MB result costs more in faults than some kernels: README, "Large results")."""
+    if op != "spmm" or target != "cpu":
+        return {}
+    out = np.empty((csr.shape[0], w), value_dtype(csr.dtype, np.dtype(dtype)))
+    out.fill(0)
+    return {"out": out}
+
+
+def _setup(run: Callable, csr, operands, c: Candidate, target: str, extra: dict | None = None):
     """The candidate's call of `run`, after one untimed run that converts and compiles (its time
-    is `setup_s`); None when the candidate cannot run here (reported in the table, not fatal)."""
-    kwargs = {"format": c.format, "target": target, "schedule": c.schedule, **c.params}
+    is `setup_s`); None when the candidate cannot run here (reported in the table, not fatal).
+    `extra`: more keyword arguments of `run` (`out=`)."""
+    kwargs = {"format": c.format, "target": target, "schedule": c.schedule, **c.params, **(extra or {})}
     try:
         t0 = time.perf_counter()
         run(csr, *operands, **kwargs)
@@ -407,7 +642,7 @@ class _Damaged(Exception):
     """A cached tuning entry that cannot be used (the reason)."""
 
 
-def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine) -> TuneResult | None:
+def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine, itemsize: int = 4) -> TuneResult | None:
     """The cached result, or None when there is none (or it cannot be read: the save says why).
     An entry that is not one today's search could have written is damage: one `CacheWarning`,
     and None, so that it is tuned again and overwritten."""
@@ -427,9 +662,10 @@ def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine) -> Tune
         except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
             raise _Damaged(f"not JSON ({type(e).__name__})") from None
         s = Structure.of(csr)
-        today = candidates(op, s, feat, target, mach, every=True), candidates(op, s, feat, target, mach)
+        today = (candidates(op, s, feat, target, mach, every=True, itemsize=itemsize),
+                 candidates(op, s, feat, target, mach, itemsize=itemsize))  # fmt: skip
         try:
-            cands, winner = _parse_entry(data, op, target, *today)
+            cands, winner, families = _parse_entry(data, op, target, *today)
         except RecursionError:  # a value nested nearly as deep as the parser allows
             raise _Damaged("values nested too deep") from None
     except OSError:
@@ -440,7 +676,7 @@ def _load(key: str, op: str, csr, feat: int, target: str, mach: Machine) -> Tune
         return None
     seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
     return TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
-                      Table(cands, winner), 0.0, key, cached=True, candidates=cands)  # fmt: skip
+                      Table(cands, winner, families), 0.0, key, cached=True, candidates=cands)  # fmt: skip
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))
@@ -457,8 +693,11 @@ def _parse_entry(data, op: str, target: str, every: list[Candidate], least: list
     search (`every` candidate it may list, at `least` those it lists at today's `TIMING_GRAIN`):
     the same configurations and model times, in model order, and the winner the search would pick
     from the times recorded. `_Damaged` otherwise."""
-    if not isinstance(data, dict) or set(data) != {"op", "winner", "candidates"}:
-        raise _Damaged("expected an object with op, winner and candidates")
+    if not isinstance(data, dict) or set(data) != {"op", "winner", "candidates", "families"}:
+        raise _Damaged("expected an object with op, winner, candidates and families")
+    families = data["families"]
+    if not isinstance(families, dict) or not all(isinstance(v, str) and len(v) <= 400 for v in families.values()):
+        raise _Damaged("families must map a format family to a sentence")
     if data["op"] != op:
         raise _Damaged(f"op {_short(data['op'])}, expected {op!r}")
     rows = data["candidates"]
@@ -482,7 +721,7 @@ def _parse_entry(data, op: str, target: str, every: list[Candidate], least: list
         expected = chosen is next((c for c in cands if c.format == "csr"), None) if target == "cuda" else winner == 0
     if not expected or chosen.error is not None:
         raise _Damaged(f"winner {winner} is not the candidate the search picks from these times")
-    return cands, chosen
+    return cands, chosen, families
 
 
 def _parse_candidate(row, known: dict[str, Candidate]) -> Candidate:
@@ -504,8 +743,9 @@ def _parse_candidate(row, known: dict[str, Candidate]) -> Candidate:
             raise _Damaged(f"a candidate's {name} must be a non-negative number, got {_short(value)}")
     if not math.isclose(row["predicted_s"], today.predicted_s, rel_tol=1e-9):
         raise _Damaged(f"{today.label}: the model's time is not today's model's")
-    if row["error"] is not None and not isinstance(row["error"], str):
-        raise _Damaged("a candidate's error must be a string or null")
+    for name in ("error", "why"):
+        if row[name] is not None and not isinstance(row[name], str):
+            raise _Damaged(f"a candidate's {name} must be a string or null")
     # Timed candidates have both times; one that failed has neither, and its error.
     if (row["measured_s"] is None) != (row["setup_s"] is None) or (row["error"] and row["measured_s"] is not None):
         raise _Damaged(f"{today.label}: its times and error do not go together")
@@ -525,6 +765,7 @@ def _save(result: TuneResult) -> None:
         "op": result.op,
         "winner": result.candidates.index(result.table.winner),
         "candidates": [dataclasses.asdict(c) for c in result.candidates],
+        "families": result.table.families,
     }
     path = _disk_path(result.key)
     try:
@@ -565,22 +806,31 @@ def tune(
     mach = machine()
     key = _key(op, csr, int(feat), target, mach, dtype)
     if cache:
-        hit = _MEMORY.get(key) or _load(key, op, csr, int(feat), target, mach)
+        hit = _MEMORY.get(key) or _load(key, op, csr, int(feat), target, mach, np.dtype(dtype).itemsize)
         if hit is not None:
             _MEMORY[key] = hit
             return dataclasses.replace(hit, cached=True, tuning_seconds=0.0)
     start = time.perf_counter()
     s = Structure.of(csr)
-    cands = candidates(op, s, int(feat), target, mach)
-    timed = cands[:top] if (s.nnz * feat >= TIMING_GRAIN and (target == "cpu" or _gpu_present())) else []
+    itemsize = np.dtype(dtype).itemsize
+    cands = candidates(op, s, int(feat), target, mach, itemsize=itemsize)
+    if s.nnz * feat < TIMING_GRAIN:
+        timed, families = [], {"all": f"not timed: nnz x width below TIMING_GRAIN ({TIMING_GRAIN}), the model decides"}
+    elif target == "cuda" and not _gpu_present():
+        timed, families = [], {"all": "not timed: no GPU here; CUDA keeps CSR's default schedule"}
+    elif target == "cuda":
+        timed, families = cands[:top], {}
+    else:
+        timed, families = plan(cands, s, int(feat), mach, top, itemsize=itemsize)
     show = _interactive() if progress is None else bool(progress)
     if timed:
         from tqdm.auto import tqdm
 
         operands = _operands(op, csr, int(feat), dtype)
+        extra = _result(op, csr, int(feat), dtype, target)
         calls = {}
         for c in tqdm(timed, desc=f"tuning {op} (width {feat})", unit="candidate", disable=not show, leave=False):
-            call = _setup(run, csr, operands, c, target)
+            call = _setup(run, csr, operands, c, target, extra)
             if call is not None:
                 calls[id(c)] = call
         if calls:
@@ -600,7 +850,7 @@ def tune(
         winner = cands[0]
     seconds = winner.measured_s if winner.measured_s is not None else winner.predicted_s
     result = TuneResult(op, winner.format, winner.params, winner.schedule, seconds, winner.measured_s is not None,
-                        Table(cands, winner), time.perf_counter() - start, key, candidates=cands)  # fmt: skip
+                        Table(cands, winner, families), time.perf_counter() - start, key, candidates=cands)  # fmt: skip
     _MEMORY[key] = result
     if cache:
         _save(result)

@@ -37,7 +37,7 @@ from sparsetir_py.runtime.cache import CacheWarning
 ROOT = Path(__file__).resolve().parent
 A = sp.data.load_matrix("karate")
 WIDTH = 8
-FIELDS = ("format", "params", "schedule", "predicted_s", "measured_s", "setup_s", "error")
+FIELDS = ("format", "params", "schedule", "predicted_s", "measured_s", "setup_s", "error", "why")
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ def damaged_entries(draw, data: dict) -> dict:
         where = draw(st.sampled_from(["top", "winner", "any"]))
         if where == "top":
             target = data
-            key = draw(st.sampled_from(["op", "winner", "candidates", "extra"]))
+            key = draw(st.sampled_from(["op", "winner", "candidates", "families", "extra"]))
         else:
             rows = data.get("candidates")
             if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):

@@ -59,7 +59,8 @@ def test_spmm_search_times_the_best_candidates(cache, timed):
     cands = list(result.table)
     assert [c.predicted_s for c in cands] == sorted(c.predicted_s for c in cands)
     timed_ = [c for c in cands if c.measured_s is not None]
-    assert len(timed_) == 2 and all(c.setup_s is not None for c in timed_)
+    assert set(map(id, cands[:2])) <= set(map(id, timed_)) and all(c.setup_s is not None for c in timed_)
+    assert all(c.why.startswith("not timed") == (c.measured_s is None) for c in cands)
     assert result.measured and result.table.winner is min(timed_, key=lambda c: c.measured_s)
     assert result.seconds == result.table.winner.measured_s
     assert not result.cached and result.tuning_seconds > 0
@@ -68,6 +69,13 @@ def test_spmm_search_times_the_best_candidates(cache, timed):
     text = str(result.table)
     assert "chosen" in text and all(c.label in text for c in cands)
     assert "<table>" in result.table._repr_html_() and "chosen" in result._repr_html_()
+    # Predicted against measured per candidate, and why each family was (not) timed.
+    head, _, *rows = text.splitlines()
+    assert "model ms" in head and "measured ms" in head and "model/measured" in head
+    for c, row in zip(timed_, [r for r in rows if r.split()[1:2] and any(c.label in r for c in timed_)]):
+        assert f"{c.predicted_s / c.measured_s:.2f}" in row
+    assert "csr: timed" in text and result.table.families["csr"].startswith("timed")
+    assert result.table.families["bsr"].startswith("not a candidate: best sampled block fill")
 
 
 def test_sddmm_search_includes_the_nonzero_split(cache, timed):
@@ -181,3 +189,92 @@ def test_bad_arguments_are_named_errors(cache):
     broken.indices[0] = 10**6
     with pytest.raises(sp.InputError):
         sp.tune.spmm(broken, 4)
+
+
+# -------------------------------------------------------------------- the model (no timing)
+def block_matrix(fill: float, b: int = 8, rows: int = 150, seed: int = 0) -> sps.csr_matrix:
+    """`rows` x `rows` blocks of b x b (about four per block row, the diagonal one included),
+    each cell kept with probability `fill`."""
+    rng = np.random.default_rng(seed)
+    pattern = sps.random(rows, rows, density=4 / rows, random_state=rng, format="csr") + sps.eye(rows)
+    cells = sps.kron(pattern, np.ones((b, b)), format="csr")
+    cells.data = rng.uniform(-1, 1, cells.nnz) * (rng.random(cells.nnz) < fill)
+    cells.eliminate_zeros()
+    return sps.csr_matrix(cells, dtype=np.float32)
+
+
+#: A machine with small caches, so that B of a small matrix outgrows them (no sysfs read).
+SMALL = tuning.Machine(threads=2, l2_bytes=256 << 10, l3_bytes=1 << 20, cores=2)
+
+
+def test_bsr_is_a_candidate_exactly_when_the_block_fill_is_high():
+    """The sampled fill (`sp.format.block_fill`) is the exact one on these small matrices; BSR
+    is tried at each block size with fill >= 0.7 and at none when every fill is low, and the
+    table's family line says which."""
+    for A, fills in [(block_matrix(1.0), {2: 1.0, 4: 1.0, 8: 1.0}), (block_matrix(0.3), {})]:
+        s = tuning.Structure.of(A)
+        for b in tuning.BLOCK_SIZES:
+            assert s.fills[b] == pytest.approx(sp.format.block_fill(A, b, sample=None), abs=0.05)
+        cands = tuning.candidates("spmm", s, 64, "cpu", SMALL, every=True)
+        bsr = {c.params["block_size"]: c for c in cands if c.format == "bsr"}
+        assert sorted(bsr) == sorted(fills)
+        _, families = tuning.plan(cands, s, 64, SMALL, 4)
+        assert families["bsr"].startswith("timed" if fills else "not a candidate")
+    # Rectangular, int64 indices, float64 values, and a matrix without nonzeros: no BSR, no error.
+    A = block_matrix(1.0, b=4, rows=40)[:, :150]
+    A = sps.csr_matrix((A.data.astype(np.float64), A.indices.astype(np.int64), A.indptr.astype(np.int64)), A.shape)
+    assert any(
+        c.format == "bsr" for c in tuning.candidates("sddmm", tuning.Structure.of(A), 8, "cpu", SMALL, every=True)
+    )
+    empty = tuning.Structure.of(sps.csr_matrix((30, 20), dtype=np.float32))
+    assert sorted(c.format for c in tuning.candidates("spmm", empty, 8, "cpu", SMALL, every=True)) == ["csr"] * 8 + [
+        "hyb"
+    ]
+
+
+def test_the_model_ranks_bsr_by_block_fill(monkeypatch):
+    """Where the block product runs fast enough to pay (today's kernels do not: the tuner then
+    measures BSR and keeps CSR), the model puts BSR first at full fill and behind CSR at low
+    fill, with B past the cache (`SMALL`, width 512)."""
+    monkeypatch.setattr(tuning, "BSR_FMA", 3 * tuning.BSR_FMA)
+
+    def best(fill: float) -> str:
+        s = tuning.Structure.of(block_matrix(fill))
+        return tuning.candidates("spmm", s, 512, "cpu", SMALL, every=True)[0].format
+
+    assert best(1.0) == "bsr"
+    s = tuning.Structure.of(block_matrix(0.75))
+    bsr = next(c for c in tuning.candidates("spmm", s, 512, "cpu", SMALL, every=True) if c.format == "bsr")
+    s.fills[8] = 0.2  # the same matrix seen with a low fill: more blocks, more padding
+    assert tuning._model_bsr("spmm", s, 512, SMALL, 8) > 2 * bsr.predicted_s
+    assert best(0.3) == "csr"
+
+
+def test_b_past_the_cache_raises_the_cost_per_nonzero():
+    """The same nonzeros per row and a B that fits L2, then the last-level cache, then neither
+    (columns spread at random over more and more rows of B): the model's best CSR time grows,
+    and the hyb family's line says whether B fits."""
+    rng = np.random.default_rng(0)
+    times = []
+    for n in (100, 1000, 100_000):
+        cols = rng.integers(0, n, size=(2000, 16))
+        A = sps.csr_matrix(
+            (np.ones(cols.size, np.float32), cols.reshape(-1), np.arange(0, cols.size + 1, 16)), (2000, n)
+        )
+        A.sum_duplicates()
+        s = tuning.Structure.of(A)
+        cands = tuning.candidates("spmm", s, 128, "cpu", SMALL, every=True)
+        times.append(min(c.predicted_s for c in cands if c.format == "csr") / A.nnz)
+        _, families = tuning.plan(cands, s, 128, SMALL, 2)
+        assert ("outgrows" in families["hyb"]) == (n * 128 * 4 > SMALL.llc_bytes)
+    assert times[0] < times[1] < times[2] and times[2] > 3 * times[0]
+    assert SMALL.gather_s(10, 512, 1 << 30, (1.0, 1.0)) > 3 * SMALL.gather_s(10, 512, 1 << 30, (0.0, 0.0))
+
+
+def test_the_last_level_cache_counts_a_share_per_core():
+    """A VM sees its host's whole L3 in sysfs: counted at most `LLC_PER_CORE` per visible core."""
+    vm = tuning.Machine(threads=2, l2_bytes=2 << 20, l3_bytes=300 << 20, cores=2)
+    assert vm.llc_bytes == 2 * tuning.LLC_PER_CORE
+    assert tuning.Machine(threads=8, l2_bytes=1 << 20, l3_bytes=16 << 20, cores=8).llc_bytes == 16 << 20
+    mach = tune.machine()
+    assert mach.l2_bytes > 0 and 0 < mach.llc_bytes <= mach.l3_bytes
