@@ -6,9 +6,7 @@ A schedule is `fn(sch)` applied at Stage II; one with a `stage1` attribute also 
 
 from __future__ import annotations
 
-from sparsetir_py.ir.expr import IntImm
 from sparsetir_py.schedule import Schedule
-from sparsetir_py.schedule.state import loops_of
 
 from .common import (
     bind_row_search,
@@ -114,12 +112,12 @@ def csr_cuda_rows_register(sch: Schedule, max_threads: int = 1024) -> None:
     nonzeros outside the features and adds into C in global memory once per nonzero and feature.
     A width that is not a constant of at most `max_threads` (threads per block) runs
     `csr_cuda_rows`."""
-    extent = loops_of(sch.func, "csrmm1")[-1].extent
-    if not (isinstance(extent, IntImm) and extent.value <= max_threads):
-        return csr_cuda_rows(sch)
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
     block = sch.get_block("csrmm1")
     j, k = sch.get_loops(block)
+    extent = sch.loop_extent(k)
+    if extent is None or extent > max_threads:
+        return csr_cuda_rows(sch)
     sch.reorder(k, j)
     sch.decompose_reduction(block, j)
     write = sch.cache_write(block, 0, "local")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ScheduleError
-from ..ir.expr import Var
+from ..ir.expr import IntImm, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.verify import verify_cached
 from . import annotation as A
@@ -16,7 +16,7 @@ from . import loops as L
 from . import reduction as RD
 from .handles import BlockRV, LoopRV
 from .sparse import SparseIterationPrimitives
-from .state import find_block, get_child_blocks, loops_of, missing
+from .state import find_block, get_child_blocks, loop_path, loops_of, missing
 from .tensorize import TensorizePrimitives
 
 
@@ -182,6 +182,14 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
         loops = [LoopRV(f.loop_var) for f in loops_of(self.func, _block(block, "get_loops"))]
         self._record("get_loops", (block,), (), tuple(loops))
         return loops
+
+    def loop_extent(self, loop: LoopRV) -> int | None:
+        """The number of iterations of `loop` where it is a constant (a width fixed by
+        `sp.compile(..., specialize=...)`), else None; a query, not recorded in the trace."""
+        var = _loop(loop, "loop_extent")
+        path = loop_path(self.func, var, "loop_extent")
+        extent = path[-1].extent
+        return int(extent.value) if isinstance(extent, IntImm) else None
 
     def get_child_blocks(self, block_or_loop: Handle) -> list[BlockRV]:
         """The blocks directly under a block or loop (see `state.get_child_blocks`)."""
