@@ -59,7 +59,15 @@ def check(A, b: int, widths=(1, 5, 33)) -> None:
 
 
 def test_bsr_row_by_row_float32():
-    check(block_matrix(5), 5)
+    A = block_matrix(5)
+    check(A, 5)
+    # The parts' values and outputs are scratch reused across calls: an earlier result stays.
+    rng = np.random.default_rng(7)
+    X, Y = rng.standard_normal((2, A.shape[0], 4)).astype(np.float32), rng.standard_normal((A.shape[1], 4))
+    first = sp.ops.sddmm(A, X[0], Y.astype(np.float32), format="bsr", block_size=5)
+    second = sp.ops.sddmm(A, X[1], Y.astype(np.float32), format="bsr", block_size=5)
+    for S, Xi in ((first, X[0]), (second, X[1])):
+        np.testing.assert_allclose(S.data, A.multiply(Xi @ Y.T).tocsr().data, rtol=1e-4, atol=1e-4)
 
 
 def test_bsr_whole_block_int64_float64():
