@@ -1,11 +1,16 @@
 """`sp.ops.spmm/sddmm(A, ..., format="bsr", block_size=b)` on the CPU: kernels on the padded
-shape (`sp.transform.pad_shape`) with `schedules/bsr.py`, against scipy.
+shape (`sp.transform.pad_shape`) with `schedules/bsr.py`, against scipy; and the per-call work of
+the decomposed path (`sp.ops.parts`: the gather of A's values, SDDMM's results back to A's order,
+the inf/NaN check on the rows of B that padding reads) against brute force, without compiling.
 
-A matrix of random dense blocks at 80% fill, with a shape the block size does not divide and
-empty block rows, for block sizes 3, 4 and 8 (one per branch of the schedules: an odd size, the
-whole block unrolled, one row of the block at a time; 2 and 6 take the same code paths), and 2
-with int64/float64. One kernel per operator and block size: the width stays a run-time value,
-so widths 1, 5 and 33 share it (each compile costs 3-9 s).
+Four kernels in all (each compile costs 3-7 s), every one on a matrix of random dense blocks at
+80% fill, with a shape the block size does not divide and empty block rows; the width is a
+run-time value, so widths 1, 5 and 33 share a kernel:
+
+    b = 5, float32 / int32      SpMM and SDDMM, one row of the block at a time (b > WHOLE_BLOCK), odd b
+    b = 2, float64 / int64      SpMM and SDDMM, the whole block unrolled (b <= WHOLE_BLOCK)
+
+`tests/transform/test_pad_shape.py` runs the b = 2 float64 / int64 SpMM kernel too.
 """
 
 from __future__ import annotations
@@ -14,8 +19,14 @@ import numpy as np
 import pytest
 import scipy.sparse
 
+import format_rules
 import sparsetir_py as sp
+from schedules.bsr import WHOLE_BLOCK
+from sparsetir_py.operands import as_csr
+from sparsetir_py.ops import parts
 from sparsetir_py.ops.kernels import KERNELS
+
+assert 2 <= WHOLE_BLOCK < 5  # the two kernels above take the two branches of the schedules
 
 
 def block_matrix(b: int, seed: int = 0, idtype=np.int32, dtype=np.float32) -> scipy.sparse.csr_matrix:
@@ -43,40 +54,124 @@ def check(A, b: int, widths=(1, 5, 33)) -> None:
         X = rng.standard_normal((A.shape[0], feat)).astype(A.dtype)
         Y = rng.standard_normal((A.shape[1], feat)).astype(A.dtype)
         S = sp.ops.sddmm(A, X, Y, format="bsr", block_size=b)
-        assert (S.indptr == A.indptr).all() and (S.indices == A.indices).all()
+        assert (S.indptr == A.indptr).all() and (S.indices == A.indices).all() and S.dtype == A.dtype
         np.testing.assert_allclose(S.data, A.multiply(X @ Y.T).tocsr().data, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("b", [3, 4, pytest.param(8, marks=pytest.mark.slow)])  # odd b, whole block, row by row
-def test_bsr_against_scipy(b):
-    check(block_matrix(b), b)
+def test_bsr_row_by_row_float32():
+    A = block_matrix(5)
+    check(A, 5)
+    # The parts' values and outputs are scratch reused across calls: an earlier result stays.
+    rng = np.random.default_rng(7)
+    X, Y = rng.standard_normal((2, A.shape[0], 4)).astype(np.float32), rng.standard_normal((A.shape[1], 4))
+    first = sp.ops.sddmm(A, X[0], Y.astype(np.float32), format="bsr", block_size=5)
+    second = sp.ops.sddmm(A, X[1], Y.astype(np.float32), format="bsr", block_size=5)
+    for S, Xi in ((first, X[0]), (second, X[1])):
+        np.testing.assert_allclose(S.data, A.multiply(Xi @ Y.T).tocsr().data, rtol=1e-4, atol=1e-4)
 
 
-def test_bsr_int64_float64():
-    check(block_matrix(2, seed=1, idtype=np.int64, dtype=np.float64), 2, widths=(4,))
+def test_bsr_whole_block_int64_float64():
+    A = block_matrix(2, seed=1, idtype=np.int64, dtype=np.float64)
+    check(A, 2, widths=(4, 33))
+    # New values of the same structure: the conversion is reused, the values gathered again.
+    A.data = np.random.default_rng(3).standard_normal(A.nnz)
+    check(A, 2, widths=(3,))
 
 
 def test_bsr_without_nonzeros_and_with_out():
     empty = scipy.sparse.csr_matrix((9, 7), dtype=np.float32)
     B = np.ones((7, 5), np.float32)
-    assert not sp.ops.spmm(empty, B, format="bsr", block_size=4).any()
-    assert sp.ops.sddmm(empty, np.ones((9, 5), np.float32), B, format="bsr", block_size=4).nnz == 0
-    A = block_matrix(4, seed=2)  # 51 rows: C is computed with 52, `out` gets the first 51
+    assert not sp.ops.spmm(empty, B, format="bsr", block_size=5).any()
+    assert sp.ops.sddmm(empty, np.ones((9, 5), np.float32), B, format="bsr", block_size=5).nnz == 0
+    A = block_matrix(5, seed=2)  # 64 rows: C is computed with 65, `out` gets the first 64
     B = np.random.default_rng(2).standard_normal((A.shape[1], 5)).astype(np.float32)
     out = np.full((A.shape[0], 5), np.nan, np.float32)
-    assert sp.ops.spmm(A, B, format="bsr", block_size=4, out=out) is out
+    assert sp.ops.spmm(A, B, format="bsr", block_size=5, out=out) is out
     np.testing.assert_allclose(out, A @ B, rtol=1e-4, atol=1e-4)
 
 
 def test_bsr_kernel_is_the_block_product_without_guards():
-    A = block_matrix(4)
-    B = np.ones((A.shape[1], 8), np.float32)
-    sp.ops.spmm(A, B, format="bsr", block_size=4)
-    sources = [k.source for key, k in KERNELS.items() if key.op == "spmm" and "block_size', 4" in key.format]
-    assert sources
-    source = sources[-1]
-    assert "m_bsr" in source and " < m " not in source and " < n:" not in source  # no padding guard
-    assert source.count('# block "csrmm_bsr1') == 16  # the 4 x 4 cells unrolled
+    A = block_matrix(2, idtype=np.int64, dtype=np.float64)
+    sp.ops.spmm(A, np.ones((A.shape[1], 8)), format="bsr", block_size=2)
+    sp.ops.spmm(block_matrix(5), np.ones((53, 8), np.float32), format="bsr", block_size=5)
+    for b, cells in ((2, 4), (5, 5)):  # the whole block unrolled; one row of the block (its b cells)
+        sources = [k.source for key, k in KERNELS.items() if key.op == "spmm" and f"block_size', {b})" in key.format]
+        assert sources
+        source = sources[-1]
+        assert "m_bsr" in source and " < m " not in source and " < n:" not in source  # no padding guard
+        assert source.count('# block "csrmm_bsr1') == cells
+
+
+def test_bsr_inf_in_b():
+    """A padding cell holds 0: where it meets an inf of B, BSR would give NaN where A stores
+    nothing, so the call falls back to CSR; an inf only real nonzeros read runs BSR."""
+    A = block_matrix(5)
+    conversion = parts.converted(format_rules.bsr, A, {"block_size": 5}, "float32", "int32")
+    padded = parts.padding_rows(conversion, 5, A.shape[1])
+    read = np.unique(A.indices)
+    B = np.random.default_rng(4).standard_normal((A.shape[1], 3)).astype(np.float32)
+    for row in (padded[0], np.setdiff1d(read, padded)[0]):
+        Binf = B.copy()
+        Binf[row, 1] = np.inf
+        C = sp.ops.spmm(A, Binf, format="bsr", block_size=5)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_allclose(C, A @ Binf, rtol=1e-4, atol=1e-4)  # NaN and inf where scipy has them
+
+
+def padded_cells(A, b: int) -> set:
+    """(block row, block column, ii, ji) of every cell of a stored block where A stores nothing."""
+    coo = A.tocoo()
+    stored = {(int(i) // b, int(j) // b) for i, j in zip(coo.row, coo.col)}
+    cells = {(int(i) // b, int(j) // b, int(i) % b, int(j) % b) for i, j in zip(coo.row, coo.col)}
+    return {(io, jo, ii, ji) for io, jo in stored for ii in range(b) for ji in range(b)} - cells
+
+
+@pytest.mark.parametrize("b", [3, 4])
+def test_padding_rows_are_the_columns_of_padded_cells(b):
+    A = block_matrix(b, seed=5)
+    conversion = parts.converted(format_rules.bsr, A, {"block_size": b}, "float32", "int32")
+    expected = {jo * b + ji for _, jo, _, ji in padded_cells(A, b) if jo * b + ji < A.shape[1]}
+    assert set(parts.padding_rows(conversion, b, A.shape[1]).tolist()) == expected
+    blocks = scipy.sparse.csr_matrix(np.kron(np.eye(4), np.ones((b, b))))  # no padding at all
+    full = parts.converted(format_rules.bsr, blocks, {"block_size": b}, "float32", "int32")
+    assert not full.pads and len(parts.padding_rows(full, b, 4 * b)) == 0
+    blocks[b, b + 1] = 0  # one padded cell: it reads row b + 1 of B
+    blocks.eliminate_zeros()
+    one = parts.converted(format_rules.bsr, blocks, {"block_size": b}, "float32", "int32")
+    assert parts.padding_rows(one, b, 4 * b).tolist() == [b + 1]
+    B = np.ones((4 * b, 2))
+    B[0, 1] = np.inf
+    assert parts.padding_is_exact(one, (None, b), B)
+    B[b + 1, 0] = np.nan
+    assert not parts.padding_is_exact(one, (None, b), B)
+
+
+@pytest.mark.parametrize(
+    "format, params",
+    [("bsr", {"block_size": 3}), ("hyb", {"num_col_parts": 2, "buckets": [1, 2, 4]}), ("ell", {})],
+)
+def test_values_and_results_round_trip(format, params):
+    """The parts' values are A's at the slots that hold a nonzero and 0 elsewhere; results
+    written in the parts' slots come back in A's order (cora, a random rectangular int64 /
+    float64 matrix with empty rows, and an empty one)."""
+    rng = np.random.default_rng(6)
+    R = scipy.sparse.random(41, 29, density=0.15, format="csr", random_state=6, dtype=np.float64)
+    R = (scipy.sparse.diags((np.arange(41) % 7 != 3).astype(float)) @ R).tocsr()  # empty rows
+    R.eliminate_zeros()
+    R.indices, R.indptr = R.indices.astype(np.int64), R.indptr.astype(np.int64)
+    for A in (sp.data.load_matrix("cora"), R, scipy.sparse.csr_matrix((6, 4), dtype=np.float32)):
+        A = as_csr(A)  # canonical, as `sp.ops` converts it
+        dtype = A.dtype
+        idtype = "int64" if A.indices.dtype == np.int64 else "int32"
+        conversion = parts.converted(parts.format_module(format), A, params, str(dtype), idtype)
+        data = rng.standard_normal(A.nnz).astype(dtype)
+        values = conversion.values(data, dtype)
+        flat, outputs = conversion.outputs(dtype)
+        for name, where in conversion.gathers.items():
+            expected = np.where(where > 0, np.concatenate([[0], data])[where], 0)
+            np.testing.assert_array_equal(values[name], expected)
+            outputs["c" + name[1:]][...] = values[name]
+        np.testing.assert_array_equal(conversion.stored_values(flat), data)
 
 
 @pytest.mark.parametrize("bad", [0, -2, 2.5])

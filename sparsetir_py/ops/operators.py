@@ -143,11 +143,16 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
 def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedule, params, out, inputs, threads):
     """`op` with A (and SDDMM's output) decomposed by a rule module: convert (cached per
     structure), compile (cached per format), gather A's values into the parts, run."""
+    if not structure_checked(csr):
+        # `as_csr` checked it: a later call with this structure checks only A's values, as on the
+        # CSR path (the full check cost 0.22 ms a call on bcsstk16, half the BSR kernel at width 32).
+        remember_structure(csr)
     dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[csr.indices.dtype]
     conversion = parts.converted(module, csr, params, dname, idtype)
-    if op.name == "spmm" and conversion.pads and not parts.all_finite(operands[0]):
+    pad = parts.padding(module, params, target)
+    if op.name == "spmm" and not parts.padding_is_exact(conversion, pad, operands[0]):
         # A padded slot holds 0 and reads a real row of B: 0 * inf is NaN where A stores nothing.
-        # With a finite B the padding adds exact zeros, so only this case needs CSR's exact loop.
+        # With finite rows there the padding adds exact zeros, so only this case needs CSR's exact loop.
         return _call(op, csr, tuple(operands), "csr", target, None, out, threads, {}, None)
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, target, feat, schedule)
     m, n = csr.shape
@@ -155,22 +160,17 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
     args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **conversion.structure, **values}
     if op.name == "spmm":
         result = args["c"] = op.result(csr, feat, dtype, out, inputs)
-    pad = parts.padding(module, params, target)
     if pad is not None:  # BSR: operands and result of whole blocks (`parts.pad_operands`)
         args = parts.pad_operands(op.name, args, conversion.structure, pad)
     if op.name != "spmm":
-        outputs = {"c" + name[1:]: np.empty(where.shape, dtype) for name, where in conversion.gathers.items()}
+        flat, outputs = conversion.outputs(dtype)
         args.update(outputs)
     parts.run_parts(kernel, conversion, args, thread_args(target, csr.nnz * max(feat, 1), threads))
     if op.name == "spmm":
         if args["c"] is not result:  # C of whole blocks: its first m rows, in `out` if given
             result = args["c"][:m] if out is None else np.copyto(result, args["c"][:m]) or result
         return op.finish(csr, result)
-    result = np.zeros(csr.nnz, dtype)
-    for name, where in conversion.gathers.items():
-        stored = where.reshape(-1) > 0
-        result[where.reshape(-1)[stored] - 1] = outputs["c" + name[1:]].reshape(-1)[stored]
-    return op.finish(csr, result)
+    return op.finish(csr, conversion.stored_values(flat))
 
 
 # -------------------------------------------------------------------- the operators

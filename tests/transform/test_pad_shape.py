@@ -53,7 +53,9 @@ def test_unknown_parameter():
 
 
 def test_nested_unrolled_loops_have_distinct_block_names():
-    A = sp.data.load_matrix("karate")
-    B = np.ones((A.shape[1], 4), np.float32)
+    # int64 / float64: the kernel `tests/test_ops_bsr.py` compiles too (one compile for both).
+    A = sp.data.load_matrix("karate").astype(np.float64)
+    A.indices, A.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
+    B = np.ones((A.shape[1], 4))
     C = sp.ops.spmm(A, B, format="bsr", block_size=2)  # ii and ji unrolled: 4 cells, 4 names
-    np.testing.assert_allclose(C, A @ B, rtol=1e-5)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12)
