@@ -26,9 +26,7 @@ time, b sums).
 
 from __future__ import annotations
 
-from sparsetir_py.ir.expr import IntImm
 from sparsetir_py.schedule import LoopRV, Schedule, top_level_nests
-from sparsetir_py.schedule.state import find_loop
 
 from .common import fixed_width
 
@@ -97,8 +95,7 @@ def bsr_cpu_sddmm(sch: Schedule) -> None:
 
 def _extent(sch: Schedule, loop: LoopRV) -> int:
     """A loop's constant extent (0 when it is not a constant)."""
-    extent = find_loop(sch.func, loop.var, "bsr_cpu_sddmm").extent
-    return extent.value if isinstance(extent, IntImm) else 0
+    return sch.loop_extent(loop) or 0
 
 
 bsr_cpu_spmm_fixed = fixed_width(bsr_cpu_spmm)

@@ -110,13 +110,13 @@ def csr_cuda_rows_register(sch: Schedule, max_threads: int = 1024) -> None:
     drops lowering's empty-row initialisation), and C cached in `local` scope written back once
     per feature (`compact_buffers` makes it one register). `csr_cuda_rows` instead loops over the
     nonzeros outside the features and adds into C in global memory once per nonzero and feature.
-    A width that is not a constant of at most `max_threads` (threads per block) runs
+    A width that is not a constant from 1 to `max_threads` (threads per block) runs
     `csr_cuda_rows`."""
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
     block = sch.get_block("csrmm1")
     j, k = sch.get_loops(block)
     extent = sch.loop_extent(k)
-    if extent is None or extent > max_threads:
+    if not extent or extent > max_threads:  # not a constant, 0 (no feature) or past the block limit
         return csr_cuda_rows(sch)
     sch.reorder(k, j)
     sch.decompose_reduction(block, j)
