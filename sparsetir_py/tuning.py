@@ -297,7 +297,8 @@ def _machine_id(m: Machine) -> str:
 BLOCK_SIZES = (2, 3, 4, 6, 8)
 BSR_MIN_FILL = 0.7
 #: Fewer nonzeros than this make too few blocks to pay for a BSR kernel's compilation (a few
-#: seconds per block size): no BSR candidate.
+#: seconds per block size): no BSR candidate; on the CPU no hyb candidate either (its parts'
+#: kernels compile for seconds, to save microseconds on such a matrix).
 BSR_MIN_NNZ = 1024
 #: A family other than CSR and BSR is timed when the model puts it within this factor of CSR.
 REACH = 2.0
@@ -522,7 +523,7 @@ def candidates(
         for b in BLOCK_SIZES:
             if s.fills.get(b, 0.0) >= BSR_MIN_FILL:
                 out.append(Candidate("bsr", {"block_size": b}, None, _model_bsr(op, s, w, mach, b, itemsize)))
-    if large or not cpu:
+    if (large and s.nnz >= BSR_MIN_NNZ) or not cpu:
         for parts in (1, 2, 4, 8):
             if parts > 1 and (op == "sddmm" or s.n < 2048 * parts):
                 continue

@@ -227,9 +227,9 @@ def test_bsr_is_a_candidate_exactly_when_the_block_fill_is_high():
         c.format == "bsr" for c in tuning.candidates("sddmm", tuning.Structure.of(A), 8, "cpu", SMALL, every=True)
     )
     empty = tuning.Structure.of(sps.csr_matrix((30, 20), dtype=np.float32))
-    assert sorted(c.format for c in tuning.candidates("spmm", empty, 8, "cpu", SMALL, every=True)) == ["csr"] * 8 + [
-        "hyb"
-    ]
+    # Under BSR_MIN_NNZ nonzeros no decomposed format is a candidate on the CPU (compiling its
+    # kernels would cost seconds to save microseconds).
+    assert sorted(c.format for c in tuning.candidates("spmm", empty, 8, "cpu", SMALL, every=True)) == ["csr"] * 8
 
 
 def test_the_model_ranks_bsr_by_block_fill(monkeypatch):

@@ -119,8 +119,8 @@ def test_damaged_bytecode_is_removed(cache_env):
 
 
 def test_concurrent_processes_fill_an_empty_cache(tmp_path):
-    """Four processes compile the same kernels into one empty cache at once, three rounds."""
-    for round_ in range(3):
+    """Four processes compile the same kernels into one empty cache at once, two rounds."""
+    for round_ in range(2):
         base = tmp_path / f"round{round_}"
         env = {**os.environ, "SPARSETIR_CACHE_DIR": str(base / "kernels"), "NUMBA_CACHE_DIR": str(base / "numba")}
         env.pop("NUMBA_ENABLE_CUDASIM", None)
