@@ -30,7 +30,7 @@ for the parts) run on device dense operands with a scipy A, converted on the hos
 structure, the parts' structure on the device once (`parts_on_device`), their values per call.
 SpMM: where the format pads, B's finiteness is decided on the device (one flag comes back; with
 an inf or NaN in B, CSR's exact loop runs instead, as on the host). SDDMM: each part writes its
-values, scattered back to A's order on the device (`scatter_indices`). A cupyx A with a
+values into one flat buffer, taken in A's order on the device (`runtime.device.take`). A cupyx A with a
 decomposed format needs a scipy A (the conversion is a host one).
 """
 
@@ -65,7 +65,7 @@ from ..runtime.device import (
     is_device_array,
     is_device_sparse,
     kind_of,
-    scatter,
+    take,
     to_device,
 )
 from . import parts
@@ -77,10 +77,8 @@ DEVICE_STRUCTURES = StructureCache()
 REPEATS: OrderedDict[tuple, Repeat] = OrderedDict()
 #: How many prepared calls `REPEATS` keeps (each holds its operands alive).
 REPEAT_ENTRIES = 8
-#: A decomposed format's structure arrays on the device: conversion -> kind -> arguments.
-PART_STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: SDDMM over a decomposed format: conversion -> kind -> the scatter of each part's values.
-SCATTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: What a decomposed format's conversion keeps on the device: conversion -> (kind, what) -> arrays.
+ON_DEVICE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def wants_device(A, dense: tuple, out) -> bool:
@@ -136,7 +134,7 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
         finish = (lambda c: out) if out is not None else (lambda c: c)
     fresh = None if out is not None else (lambda: empty_like_kind(kind, shape, dtype))
     if key is not None and a.canonical_input:
-        REPEATS[key] = Repeat((A, *dense, out), a.held(A), launch, values if a.host_values is not None else None,
+        REPEATS[key] = Repeat((A, *dense, out), _held_arrays(A), launch, values if a.host_values is not None else None,
                               dtype, fresh, finish)  # fmt: skip
         while len(REPEATS) > REPEAT_ENTRIES:
             REPEATS.popitem(last=False)
@@ -221,8 +219,8 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
 
 def _sddmm_parts(op, A, dense, format, schedule, params, kind: str):
     """SDDMM with A decomposed by a rule module, the dense operands on the device: each part
-    writes its own values (A's layout in that part), scattered back to A's storage order on the
-    device by index arrays made once per conversion (`scatter_indices`)."""
+    writes its own values (A's layout in that part) into one flat buffer, taken in A's storage
+    order on the device by the slot of each nonzero (on the device once per conversion)."""
     module = parts.format_module(format)
     a = _DeviceCSR.of(A, kind)
     csr = as_csr(A)
@@ -235,39 +233,37 @@ def _sddmm_parts(op, A, dense, format, schedule, params, kind: str):
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
     m, n = csr.shape
     structure = parts_on_device(conversion, kind) if id(kernel) in conversion.checked else conversion.structure
-    outputs = {"c" + name[1:]: empty_like_kind(kind, where.shape, dtype) for name, where in conversion.gathers.items()}
-    args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **structure, **outputs}
+    # The parts' outputs are views of one flat buffer; A's order is one take by the slot of each
+    # nonzero (`Conversion.stored_slots`), whose extra last slot stays 0.
+    flat = empty_like_kind(kind, (conversion.slots + 1,), dtype)
+    if conversion.unheld:
+        _copy_into(flat[conversion.slots :], np.zeros(1, dtype))
+    args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **structure}
+    args.update(conversion.output_views(flat))
     args.update(conversion.values(csr.data, dtype))
     parts.run_parts(kernel, conversion, args, {})
-    result = empty_like_kind(kind, (csr.nnz,), dtype)  # every nonzero of A is one stored slot of a part
-    for name, (dst, src) in scatter_indices(conversion, kind).items():
-        scatter(result, dst, outputs["c" + name[1:]], src)
+    index = _on_device(conversion, kind, "stored_slots", lambda: to_device(conversion.stored_slots, kind))
+    result = take(flat, index)
     return _finish_sddmm(a, result, kind)
-
-
-def scatter_indices(conversion: parts.Conversion, kind: str) -> dict:
-    """Per value argument of the parts: (positions in A's storage order, positions in the part's
-    flat values) of its stored slots, on the device, once per conversion."""
-    per_kind = SCATTERS.setdefault(conversion, {})
-    if kind not in per_kind:
-        indices = {}
-        for name, where in conversion.gathers.items():
-            flat = where.reshape(-1)
-            src = np.flatnonzero(flat > 0)
-            indices[name] = (to_device(flat[src] - 1, kind), to_device(src, kind))
-        per_kind[kind] = indices
-    return per_kind[kind]
 
 
 def parts_on_device(conversion: parts.Conversion, kind: str) -> dict:
     """The parts' structure arguments with their arrays on the device, copied once per conversion
     (which is itself cached per structure of A): a repeated call moves only the parts' values."""
-    per_kind = PART_STRUCTURES.setdefault(conversion, {})
-    if kind not in per_kind:
-        per_kind[kind] = {
-            name: to_device(v, kind) if isinstance(v, np.ndarray) else v for name, v in conversion.structure.items()
-        }
-    return per_kind[kind]
+
+    def copy():
+        structure = conversion.structure.items()
+        return {name: to_device(v, kind) if isinstance(v, np.ndarray) else v for name, v in structure}
+
+    return _on_device(conversion, kind, "structure", copy)
+
+
+def _on_device(conversion: parts.Conversion, kind: str, what: str, make: Callable):
+    """`make()` once per conversion, kind and `what` (`ON_DEVICE`)."""
+    kept = ON_DEVICE.setdefault(conversion, {})
+    if (kind, what) not in kept:
+        kept[kind, what] = make()
+    return kept[kind, what]
 
 
 def _kind(A, dense, out) -> str:
@@ -334,10 +330,6 @@ class _DeviceCSR:
         self.device_values = A.data
         self.canonical_input = A is given
         return self
-
-    def held(self, A) -> tuple:
-        """The arrays of A a repeated call must find again (`Repeat.matches`)."""
-        return _held_arrays(A)
 
     def values(self, dtype: np.dtype):
         """A's values of `dtype` on the device (a host A's go there now: they may have changed)."""

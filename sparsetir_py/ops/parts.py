@@ -63,14 +63,23 @@ class Conversion:
     def outputs(self, dtype: np.dtype) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """An SDDMM's output buffers (`c_<rule>` for each value argument `a_<rule>`) as views of one
         flat buffer with one slot more, which stays 0, and that buffer (for `stored_values`)."""
-        flat = np.empty(len(self._slots[0]) + 1, dtype)
+        flat = np.empty(self.slots + 1, dtype)
         flat[-1] = 0
-        return flat, {"c" + name[1:]: view for name, view in self._views(flat).items()}
+        return flat, self.output_views(flat)
+
+    def output_views(self, flat):
+        """The parts' SDDMM outputs (`c_<rule>`) as views of `flat` (host or device), slot by slot."""
+        return {"c" + name[1:]: view for name, view in self._views(flat).items()}
+
+    @property
+    def slots(self) -> int:
+        """How many value slots the parts hold, padding included."""
+        return len(self._slots[0])
 
     def stored_values(self, flat: np.ndarray) -> np.ndarray:
         """The values of A's nonzeros, in A's order, from `outputs`' flat buffer: one `np.take` by
         the slot of each nonzero (computed once; the extra 0 slot for a nonzero no part holds)."""
-        return np.take(flat, self._scatter, mode="clip")
+        return np.take(flat, self.stored_slots, mode="clip")
 
     def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         views, start = {}, 0
@@ -88,7 +97,12 @@ class Conversion:
         return np.maximum(where - 1, 0).astype(np.intp), np.flatnonzero(where == 0).astype(np.intp)
 
     @cached_property
-    def _scatter(self) -> np.ndarray:
+    def unheld(self) -> bool:
+        """Whether a nonzero of A is in no slot (its SDDMM value is the extra slot's 0)."""
+        return bool((self.stored_slots == self.slots).any())
+
+    @cached_property
+    def stored_slots(self) -> np.ndarray:
         """The slot of each nonzero of A, or the extra slot past the parts' for a nonzero no slot
         holds (a nonzero two slots hold gets the last, as the loop over parts it replaces did)."""
         where = [w.reshape(-1) for w in self.gathers.values()]

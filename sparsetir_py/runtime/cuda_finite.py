@@ -1,5 +1,5 @@
 """Small device kernels of the runtime: whether an array holds an inf or a NaN
-(`device.all_finite`), and a scatter by index arrays (`device.scatter`).
+(`device.all_finite`), and a gather by an index array (`device.take`).
 
 A module of its own, imported only when a device array is checked: `from numba import cuda` at
 module level is what Numba's simulator swaps for its own module in a kernel's globals.
@@ -21,9 +21,8 @@ def mark_nonfinite(x, flag):
 
 
 @cuda.jit
-def scatter(out, dst, src_values, src):
-    """`out[dst[t]] = src_values[src[t]]` for every t (`ops.device`: an SDDMM part's values back in
-    A's storage order)."""
+def take(out, values, index):
+    """`out[t] = values[index[t]]` for every t (`device.take`)."""
     t = cuda.grid(1)
-    if t < dst.shape[0]:
-        out[dst[t]] = src_values[src[t]]
+    if t < out.shape[0]:
+        out[t] = values[index[t]]

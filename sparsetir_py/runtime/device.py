@@ -23,7 +23,7 @@ __all__ = [
     "is_device_array",
     "is_device_sparse",
     "kind_of",
-    "scatter",
+    "take",
     "to_device",
 ]
 
@@ -129,17 +129,18 @@ def all_finite(value: Any) -> bool:
     return int(flag.copy_to_host()[0]) == 0
 
 
-def scatter(out: Any, dst: Any, values: Any, src: Any) -> None:
-    """`out[dst] = values.reshape(-1)[src]` on the device, for device index arrays `dst` and
-    `src` of one length (no copy to the host)."""
-    count = describe(dst).shape[0]
-    if count == 0:
-        return
-    size = math.prod(describe(values).shape)
-    if kind_of(out) == "cupy":
-        out[dst] = values.reshape(size)[src]
-        return
-    from .cuda_finite import scatter as kernel
+def take(values: Any, index: Any) -> Any:
+    """`values[index]` on the device (`np.take`): a new array of the kind of `values`, for a 1-D
+    device index array; nothing is copied to the host."""
+    count = describe(index).shape[0]
+    if kind_of(values) == "cupy":
+        return values[index]
+    from numba import cuda
 
-    threads = 256
-    kernel[(count + threads - 1) // threads, threads](out, dst, values.reshape(size), src)
+    from .cuda_finite import take as kernel
+
+    out = cuda.device_array(count, dtype=describe(values).dtype)
+    if count:
+        threads = 256
+        kernel[(count + threads - 1) // threads, threads](out, values, index)
+    return out

@@ -324,10 +324,8 @@ class CUDAKernel(Kernel):
     # ---------------------------------------------------------------- calls
     def __call__(self, *args: Any, check_structure: bool = True, **kwargs: Any) -> None:
         """Check the arguments, copy numpy arrays to the device, launch, copy written buffers back."""
-        configs, launch_args, copy_back, _ = self._prepare(args, kwargs, check_structure)
-        for index, (grid, block) in enumerate(configs):
-            if 0 in grid or 0 in block:
-                continue  # an empty launch: no thread would run
+        launches, launch_args, copy_back, _ = self._prepare(args, kwargs, check_structure)
+        for index, grid, block in launches:
             self._fn[grid, block](*launch_args, *((index,) if self._ks.launches else ()))
         # A checked write that missed: raise before copying outputs back, so host outputs stay as
         # they were passed (device arrays passed in were written in place).
@@ -346,8 +344,8 @@ class CUDAKernel(Kernel):
         same dtype and shape in a buffer's place for one launch (a fresh result). A kernel with
         checked writes (a flag read back after each launch) gets a launcher that calls the kernel.
         """
-        configs, launch_args, copy_back, device_values = self._prepare(args, kwargs, check_structure)
-        if copy_back or any(kp.kind == "buffer" and kp.obj.data.name not in device_values for kp in self._arrays()):
+        launches, launch_args, _, device_values = self._prepare(args, kwargs, check_structure)
+        if any(kp.obj.data.name not in device_values for kp in self._arrays()):
             raise InputError(f"`{self.name}.launcher` takes device arrays only (numpy arrays are copied per call)")
         slots: dict[str, list[tuple[int, FlatBuffer]]] = {}
         for k, kp in enumerate(kp for kp in self.kernel_params if kp.kind != "launch"):
@@ -357,19 +355,15 @@ class CUDAKernel(Kernel):
             values = bind_values(self.func, tuple(args), self._drop_specialized(dict(kwargs)))
             rerun = lambda **new: self(**{**values, **new}, check_structure=False)  # noqa: E731
             return Launcher(self, launch_args, [], slots, fallback=rerun)
-        launches = [
-            (index, grid, block)
-            for index, (grid, block) in enumerate(configs)
-            if 0 not in grid and 0 not in block  # an empty launch: no thread would run
-        ]
         return Launcher(self, launch_args, launches, slots)
 
     def _arrays(self) -> list[KernelParam]:
         return [kp for kp in self.kernel_params if kp.kind == "buffer" and kp.obj.data is not None]
 
     def _prepare(self, args: tuple, kwargs: dict, check_structure: bool) -> tuple[list, list, list, dict]:
-        """Bind and check the arguments; the launch sizes, the arguments in launch order (numpy
-        arrays copied to the device), the (device, host) pairs to copy back, the device arrays."""
+        """Bind and check the arguments; (index, grid, block) of every launch that runs a thread,
+        the arguments in launch order (numpy arrays copied to the device), the (device, host) pairs
+        to copy back, the device arrays."""
         kwargs = self._drop_specialized(kwargs)
         values = bind_values(self.func, tuple(args), dict(kwargs))
         device_values = {name: v for name, v in values.items() if _is_device_array(v)}
@@ -401,7 +395,9 @@ class CUDAKernel(Kernel):
             launch_args.append(dev)
             if buf.data is not None and buf in self._written:
                 copy_back.append((dev, host))
-        return configs, launch_args, copy_back, device_values
+        # An empty launch (no thread would run) is left out.
+        launches = [(k, grid, block) for k, (grid, block) in enumerate(configs) if 0 not in grid and 0 not in block]
+        return launches, launch_args, copy_back, device_values
 
     # ---------------------------------------------------------------- PTX
     def ptx(self, cc: tuple[int, int] = (8, 0)) -> str:
@@ -471,18 +467,13 @@ class Launcher:
             where = (configured.griddim, configured.blockdim, configured.stream, configured.sharedmem)
         except Exception:  # the simulator's dispatcher: typed per launch
             return dispatched
-        state = {"checked": False}
 
         def direct(args):
-            if state["checked"]:
-                return launch([*args, *tail], *where)
-            try:  # the first launch: a numba-cuda whose overloads launch otherwise is typed per launch
+            try:
                 launch([*args, *tail], *where)
-            except TypeError:
+            except TypeError:  # a numba-cuda whose compiled kernels launch otherwise: the dispatcher from now on
                 self._run[self._run.index(direct)] = dispatched
-                return dispatched(args)
-            state["checked"] = True
-            return None
+                dispatched(args)
 
         return direct
 
@@ -499,11 +490,6 @@ class Launcher:
         for run in self._run:
             run(args)
         return None
-
-
-def _three(sizes: tuple) -> tuple[int, int, int]:
-    """A grid or block of 1-3 sizes as CUDA's (x, y, z)."""
-    return tuple(int(v) for v in (*sizes, 1, 1, 1)[:3])
 
 
 def _trim(sizes: list[int]) -> tuple[int, ...]:
