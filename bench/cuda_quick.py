@@ -65,8 +65,6 @@ def ops_device(op: str, A, operands, format: str) -> Prepared:
     """`sp.ops` on device-resident operands, what a user's repeated call costs, host work
     included: a `cupyx.scipy.sparse` A and cupy arrays where cupy is installed (nothing moves per
     call), else Numba device arrays with a scipy A (its values go to the device per call)."""
-    from numba import cuda
-
     import sparsetir_py as sp
 
     try:
@@ -85,14 +83,8 @@ def ops_device(op: str, A, operands, format: str) -> Prepared:
         X, Y = cupy.asarray(operands["X"]), cupy.asarray(operands["Y"])
         fn = lambda: sp.ops.sddmm(A_dev, X, Y, format=format, target="cuda")  # noqa: E731
         return Prepared(fn, lambda S: cupy.asnumpy(S.data), sync=sync)
-    if op == "spmm":
-        B = cuda.to_device(operands["B"])
-        out = cuda.device_array((A.shape[0], B.shape[1]), np.float32)
-        fn = lambda: sp.ops.spmm(A, B, format=format, target="cuda", out=out)  # noqa: E731
-        return Prepared(fn, lambda C: C.copy_to_host(), sync=cuda.synchronize)
-    X, Y = cuda.to_device(operands["X"]), cuda.to_device(operands["Y"])
-    fn = lambda: sp.ops.sddmm(A, X, Y, format=format, target="cuda")  # noqa: E731
-    return Prepared(fn, lambda values: values.copy_to_host(), sync=cuda.synchronize)
+    # Numba device arrays with a scipy A: the bench library's own path.
+    return LIBRARIES["sparsetir-cuda"].prepare(op, A, operands, format=format)
 
 
 def host_us(fn, calls: int = 200) -> float:
