@@ -197,6 +197,30 @@ def _new_loops(
     return loops, block
 
 
+def _check_covered(blk: Block, own, writers, dims_of, ranges, env, loop: Var, primitive: str) -> None:
+    """Refuse a consumer whose regenerated loops would read elements the writers under the loop
+    do not write: each dimension it iterates over a bounded region must be one the writers fill
+    without holes (`regions.gap`), else the write-back copies values nobody computed."""
+    iterated = {iv.var for iv in blk.iter_vars}
+    for buf, indices in own:
+        dims = dims_of.get(id(buf))
+        if dims is None:
+            continue
+        for k, (d, idx) in enumerate(zip(dims, indices)):
+            if d.whole or idx not in iterated:
+                continue
+            for w in writers:
+                if w.buffer is not buf or w.indices is None:
+                    continue
+                why = R.gap(w.indices[k], ranges, env)
+                if why is not None:
+                    raise ScheduleError(
+                        f"in `{primitive}`: expected the writers of `{buf.name}` under loop `{loop.name}` to fill "
+                        f"the region block `{blk.name}` reads, but {why}: the block would read elements "
+                        "never written (move the strided loop outside the target loop, or the target loop inside it)"
+                    )
+
+
 def _build(loops: list[For], block: Block) -> Stmt:
     body: Stmt = block
     for f in reversed(loops):
@@ -383,6 +407,7 @@ def reverse_compute_at(func: PrimFunc, block: str, loop: Var) -> PrimFunc:
     env = facts(lpath)
     dims_of = {id(b): R.region(writers, b, ranges, env, func, clamp=False) for b in inputs}
     own = [(n.buffer, n.indices) for n in walk(blk.body) if isinstance(n, BufferLoad)]
+    _check_covered(blk, own, writers, dims_of, ranges, env, loop, primitive)
     out = func.replace(body=remove_stmt(func.body, moved))  # `target` keeps its identity
     loops, new_block = _new_loops(out, blk, own, dims_of, env)
     out = replace_stmt(out, target, target.replace(body=seq(target.body, _build(loops, new_block))))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..arith.affine import DimId, FloorDiv, Mod
 from ..arith.interval import prove, simplify, symbolic_range, to_affine
 from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED
@@ -19,7 +20,7 @@ from ..ir.buffer import FlatBuffer, SparseBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, IntImm, PrimExpr, Var
 from ..ir.stmt import AtomicAdd, Block, BufferStore, For, LetStmt, Stmt
 from ..ir.visit import post_order_rewrite, substitute, walk
-from .state import child_stmts
+from .state import child_stmts, show_expr
 
 
 def fix_dtypes(e: PrimExpr) -> PrimExpr:
@@ -160,6 +161,51 @@ def relax_index(idx: PrimExpr, ranges: Ranges) -> tuple[PrimExpr, PrimExpr] | No
         return idx, idx
     bounds = symbolic_range(idx, inner)
     return None if bounds is None else (fix_dtypes(bounds[0]), fix_dtypes(bounds[1]))
+
+
+def gap(idx: PrimExpr, ranges: Ranges, env: Ranges) -> str | None:
+    """Why the values of `idx` over the loops of `ranges` may leave holes in `[lo, hi]` (None when
+    every integer between its bounds is taken, for every value of the variables bound outside).
+
+    The region of an access is the box around its values: exact for `k_outer * 4 + k_inner` over
+    both loops, but over `k_outer` alone (`k_inner` bound outside) it takes every 4th value of the
+    box. A reader of the region needs no more than is there; a consumer that copies the whole box
+    (`reverse_compute_at`'s write-back) would copy what nobody wrote. Affine in the loops, with
+    coefficients sorted by size, the set is gap-free when each coefficient is at most one more than
+    the span the smaller terms cover (TVM's region-cover check, for the affine case).
+    """
+    inner = [v for v in _vars(idx) if v in ranges]
+    if not inner:
+        return None
+    expr, atoms = to_affine(idx)
+    terms: list[tuple[int, Var]] = []
+    for atom, coeff in expr.terms:
+        node = atoms[atom.index] if isinstance(atom, DimId) else None
+        if node is None or not isinstance(node, Var):
+            if any(v in ranges for v in _atom_vars(atom, atoms)):
+                return f"`{show_expr(idx)}` is not affine in the loops inside (its values may skip positions)"
+            continue
+        if node in ranges:
+            terms.append((abs(coeff), node))
+    span: PrimExpr = IntImm(0, idx.dtype)  # the values covered so far are [0, span]
+    for coeff, v in sorted(terms, key=lambda t: t[0]):
+        lo, hi = ranges[v]
+        steps = simplify(mk.sub(hi, lo))
+        if isinstance(steps, IntImm) and steps.value == 0:
+            continue
+        if coeff > 1 and not prove_le(IntImm(coeff - 1, idx.dtype), span, env):
+            return f"`{show_expr(idx)}` steps by {coeff} over loop `{v.name}`"
+        span = simplify(mk.add(span, mk.mul(IntImm(coeff, idx.dtype), steps)))
+    return None
+
+
+def _atom_vars(atom, atoms) -> set[Var]:
+    """The IR variables an atom of `to_affine` stands for (through `floordiv` and `mod`)."""
+    if isinstance(atom, DimId):
+        return _vars(atoms[atom.index])
+    if isinstance(atom, FloorDiv | Mod):
+        return set().union(set(), *(_atom_vars(a, atoms) for a, _ in atom.lhs.terms))
+    return set()
 
 
 def prove_le(a: PrimExpr, b: PrimExpr, env: Ranges) -> bool:

@@ -260,6 +260,30 @@ def test_reverse_compute_at_fail_other_access(pipe):
     unchanged(sch, lambda: sch.reverse_compute_at(again, s), "expected no other access to `C` under or around loop `s`")
 
 
+def test_reverse_compute_at_fail_strided_writes():
+    """Features split by 32 with the inner part outside the nonzeros (the threadIdx.x of a CUDA
+    schedule): under `k_inner`, the cache is written at `k_outer * 32 + k_inner`, every 32nd
+    feature. A write-back over the box around them would copy 31 of every 32 elements that were
+    never computed (a silent wrong result on a GPU, where each thread has its own cache)."""
+    sch = sp.Schedule(spmm2())
+    b = sch.get_block("csrmm1")
+    j, k = sch.get_loops(b)
+    ko, ki = sch.split(k, [None, 32])
+    sch.reorder(ki, j)
+    sch.decompose_reduction(b, j)
+    back = sch.cache_write(b, 0, "local")
+    unchanged(
+        sch,
+        lambda: sch.reverse_compute_at(back, ki),
+        "expected the writers of `C_local` under loop `k_inner` to fill the region block `C_local` reads, "
+        "but `k_outer \\* 32 \\+ k_inner` steps by 32 over loop `k_outer`",
+    )
+    sch.reverse_compute_at(back, ko)  # under k_outer, its one feature is written
+    assert "v1 = T.axis.spatial(feat, k_outer * 32 + k_inner + ax1)" in fragment(sch, "C_local")
+    check(sch, spmm2())
+    run_spmm(sch.mod, random_csr(), feat=40)
+
+
 def test_reverse_compute_at_fail_no_writer(pipe):
     sch = sp.Schedule(pipe)
     (d,) = sch.get_loops(sch.get_block("dead"))
