@@ -36,10 +36,10 @@ decomposed format needs a scipy A (the conversion is a host one).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,8 @@ DEVICE_STRUCTURES = StructureCache()
 REPEATS: OrderedDict[tuple, Repeat] = OrderedDict()
 #: How many prepared calls `REPEATS` keeps (each holds its operands alive).
 REPEAT_ENTRIES = 8
+#: SDDMM's cupyx results, per structure of A on the device: (indptr, indices, shape) -> `SharedStructure`.
+SDDMM_RESULTS = StructureCache()
 #: What a decomposed format's conversion keeps on the device: conversion -> (kind, what) -> arrays.
 ON_DEVICE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -90,11 +92,14 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     """`op` (an `operators.Operator`) on device operands; see the module docstring."""
     if target != "cuda":
         raise InputError(f"device arrays run on target='cuda', got target={target!r}")
-    key = (op.name, format, schedule, id(A), *map(id, dense), id(out)) if not params else None
-    repeat = REPEATS.get(key) if key is not None else None
-    if repeat is not None and repeat.matches(A, dense, out):
-        REPEATS.move_to_end(key)
-        return repeat.run(A)
+    key = None
+    if not params:
+        # The entry holds its operands, so while it lives no other object has their ids.
+        key = (op.name, id(A), id(out), format, schedule, *map(id, dense))
+        repeat = REPEATS.get(key)
+        if repeat is not None and repeat.fits(A):
+            REPEATS.move_to_end(key)
+            return repeat.run(A)
     csr_format = isinstance(format, str) and format in ("csr", "auto")
     if csr_format and params:
         raise InputError(f"format {format!r} takes no parameters with device operands, got {', '.join(params)}")
@@ -126,59 +131,91 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     sizes = {"m": m, "n": n, "nnz": a.nnz, **({"feat": feat} if "feat" in kernel.parameters else {})}
     launch = kernel.launcher(**args, **sizes, check_structure=False)
     launch()
+    # What a repeated call returns, from the array the kernel wrote.
     if op.name == "sddmm":
-        finish = lambda c: _finish_sddmm(a, c, kind)  # noqa: E731
+        finish = _sddmm_results(a, kind)
+    elif out is not None:
+        finish = lambda c: out  # noqa: E731
     elif vector:
-        finish = (lambda c: out) if out is not None else (lambda c: c.reshape(m))
+        finish = lambda c: c.reshape(m)  # noqa: E731
     else:
-        finish = (lambda c: out) if out is not None else (lambda c: c)
-    fresh = None if out is not None else (lambda: empty_like_kind(kind, shape, dtype))
-    if key is not None and a.canonical_input:
-        REPEATS[key] = Repeat((A, *dense, out), _held_arrays(A), launch, values if a.host_values is not None else None,
-                              dtype, fresh, finish)  # fmt: skip
+        finish = None
+    # A cupyx A whose values the kernel reads converted (another dtype) would not see new values.
+    same_values = a.host_values is not None or values is a.device_values
+    if key is not None and a.canonical_input and same_values:
+        device_values = values if a.host_values is not None else None
+        fresh = None if out is not None else _allocator(kind, shape, dtype)
+        REPEATS[key] = Repeat((A, *dense, out), A, _repeat_run(launch, device_values, A.data, fresh, finish))
         while len(REPEATS) > REPEAT_ENTRIES:
             REPEATS.popitem(last=False)
-    return finish(result)
+    if op.name == "sddmm":
+        return finish(result)
+    return out if out is not None else result.reshape(m) if vector else result
 
 
-@dataclass(eq=False)
 class Repeat:
     """A device call prepared once (`CUDAKernel.launcher`): a later call with the same operands
     (the same objects: held here, so no id is reused while the entry lives) and A's same
-    structure and value arrays launches with O(1) host work. A scipy A's values are copied into
-    the device buffer of the first call (they may have changed in place); a fresh result is
-    allocated unless `out=` was given."""
+    structure and value arrays launches with O(1) host work: no argument checked or marshalled
+    again, no dict built. A scipy A's values are copied into the device buffer of the first call
+    (they may have changed in place); a fresh result is allocated unless `out=` was given."""
 
-    operands: tuple  #: (A, dense operands..., out)
-    held: tuple  #: A's structure and value arrays, compared by identity
-    launch: Any  #: the `runtime.kernel.Launcher`
-    device_values: Any  #: where a scipy A's values go (None for a cupyx A)
-    dtype: np.dtype
-    fresh: Callable | None  #: a new result array, or None with `out=`
-    finish: Callable  #: the result array -> what the call returns
+    __slots__ = ("_run", "data", "indices", "indptr", "operands")
 
-    def matches(self, A, dense: tuple, out) -> bool:
-        ops = self.operands
-        if len(ops) != len(dense) + 2 or ops[0] is not A or ops[-1] is not out:
-            return False
-        if any(x is not y for x, y in zip(ops[1:-1], dense)):
-            return False
-        return all(x is y for x, y in zip(self.held, _held_arrays(A)))
+    def __init__(self, operands: tuple, A, run: Callable):
+        self.operands = operands  #: (A, dense operands..., out), held
+        self.indptr, self.indices, self.data = A.indptr, A.indices, A.data  #: compared by identity
+        self._run = run
+
+    def fits(self, A) -> bool:
+        """Whether A still holds the arrays the call was prepared with."""
+        return A.data is self.data and A.indices is self.indices and A.indptr is self.indptr
 
     def run(self, A):
-        if self.device_values is not None:
-            values = A.data if A.data.dtype == self.dtype else A.data.astype(self.dtype)
-            _copy_into(self.device_values, values)
-        if self.fresh is None:
-            self.launch()
-            return self.finish(None)
-        result = self.fresh()
-        self.launch(c=result)
-        return self.finish(result)
+        return self._run(A)
 
 
-def _held_arrays(A) -> tuple:
-    return (A.indptr, A.indices, A.data)
+def _repeat_run(launch, device_values, data: np.ndarray, fresh: Callable | None, finish: Callable | None):
+    """The body of a repeated call, its branches decided once: copy a scipy A's values (`data`,
+    converted when the kernel's dtype is another) into `device_values` (None: A's values are on
+    the device), launch into `out=` or a `fresh()` result, and `finish` it (None: as written)."""
+    copy = None
+    if device_values is not None:
+        copy = device_values.copy_to_device if hasattr(device_values, "copy_to_device") else device_values.set
+        if np.dtype(device_values.dtype) != data.dtype:
+            dtype, put = np.dtype(device_values.dtype), copy
+            copy = lambda host: put(host.astype(dtype))  # noqa: E731
+    if fresh is None:  # `out=`: launch into it
+
+        def run_out(A):
+            if copy is not None:
+                copy(A.data)
+            launch()
+            return finish(None)
+
+        return run_out
+    into = launch.into("c")
+
+    def run(A):
+        if copy is not None:
+            copy(A.data)
+        result = fresh()
+        into(result)
+        return result if finish is None else finish(result)
+
+    return run
+
+
+def _allocator(kind: str, shape: tuple, dtype: np.dtype) -> Callable:
+    """A function giving a new device array of `kind`, `shape` and `dtype` (`empty_like_kind`
+    with its import and dispatch done once)."""
+    if kind == "cupy":
+        import cupy
+
+        return functools.partial(cupy.empty, shape, dtype)
+    from numba import cuda
+
+    return functools.partial(cuda.device_array, shape, dtype)
 
 
 def _copy_into(device, host: np.ndarray) -> None:
@@ -295,6 +332,7 @@ class _DeviceCSR:
         self.host_values = None  # a scipy A's values (to the device per call)
         self.device_values = None  # a cupyx A's values
         self.canonical_input = False  # whether A itself is the canonical CSR the kernel reads
+        self.matrix = None  # a cupyx A in canonical form (the template of SDDMM's results)
 
     @classmethod
     def of(cls, A, kind: str) -> _DeviceCSR:
@@ -329,6 +367,7 @@ class _DeviceCSR:
         self = cls(A.shape, A.indptr, A.indices, np.dtype(A.indices.dtype), np.dtype(A.dtype), A.nnz, "cupy")
         self.device_values = A.data
         self.canonical_input = A is given
+        self.matrix = A
         return self
 
     def values(self, dtype: np.dtype):
@@ -389,9 +428,55 @@ def _result(op: str, kind: str, shape: tuple, dtype: np.dtype, out, vector: bool
 
 
 def _finish_sddmm(a: _DeviceCSR, values, kind: str):
-    if kind != "cupy":
-        return values
-    import cupyx.scipy.sparse
+    return _sddmm_results(a, kind)(values)
 
-    # The result owns its structure, as scipy's `A.multiply` does (see `operators.with_values`).
-    return cupyx.scipy.sparse.csr_matrix((values, a.indices.copy(), a.indptr.copy()), shape=a.shape)
+
+def _sddmm_results(a: _DeviceCSR, kind: str) -> Callable:
+    """What an SDDMM on device operands returns for its values: the values themselves (Numba),
+    or a `cupyx.scipy.sparse.csr_matrix` with A's structure (cupy; `SharedStructure`, one per
+    structure of A, `SDDMM_RESULTS`)."""
+    if kind != "cupy":
+        return _identity
+    results = SDDMM_RESULTS.get(a.indptr, a.indices, a.shape)
+    if results is None:
+        import cupyx.scipy.sparse
+
+        if a.matrix is not None:  # a canonical cupyx A: its own fields, structure copied
+            results = SharedStructure(a.matrix)
+        else:  # a scipy A's structure on the device: cupyx's constructor once
+            values = empty_like_kind(kind, (a.nnz,), a.dtype)
+            first = cupyx.scipy.sparse.csr_matrix((values, a.indices, a.indptr), shape=a.shape)
+            results = SharedStructure(first)
+        SDDMM_RESULTS.put(a.indptr, a.indices, (a.shape,), results)
+    return results
+
+
+def _identity(values):
+    return values
+
+
+class SharedStructure:
+    """SDDMM results of one structure as sparse matrices of `template`'s class, built without the
+    class's constructor: cupyx's checks A's index arrays on the device (a synchronising read of
+    their contents, ~200 us a call on an H200) and copies them. Each result is a new object with
+    its own `data` (the values given); its `indptr` and `indices` are one copy of the template's,
+    made once and shared by every result of this structure (A's own arrays are never shared, so
+    changing a result's structure in place never reaches A, but may reach the other results;
+    `eliminate_zeros`, `sum_duplicates` and `sort_indices` give a result new arrays, or nothing to
+    do, since the structure is canonical). The template's other fields (shape, descriptor,
+    canonical-format flags) are copied as they are."""
+
+    def __init__(self, template):
+        self.cls = type(template)
+        fields = dict(template.__dict__)
+        fields["indices"], fields["indptr"] = template.indices.copy(), template.indptr.copy()
+        # The structure is canonical (checked once per structure): no device pass to find out again.
+        fields["_has_canonical_format"] = fields["_has_sorted_indices"] = True
+        fields.pop("data", None)
+        self.fields = fields
+
+    def __call__(self, values):
+        result = object.__new__(self.cls)
+        result.__dict__.update(self.fields)
+        result.data = values
+        return result
