@@ -173,6 +173,61 @@ def check_formats_on_device_operands():
     np.testing.assert_array_equal(np.isnan(C), np.isnan(A @ B))
 
 
+def check_formats_repeated_with_the_same_operands():
+    """hyb / ell with the same device operands again: a prepared call (no binding; A's values
+    copied once and gathered into the parts on the device, no host gather; B's finiteness flag
+    the one copy back), new values written in place into B and A.data seen, an inf written into
+    B seen (CSR's exact loop), SpMV into a 1-D `out=` included."""
+    from sparsetir_py.runtime import kernel as runtime_kernel
+
+    A = matrix("int64", "float64")
+    rng = np.random.default_rng(9)
+    B, X = rng.standard_normal((5, 3)), rng.standard_normal((7, 3))
+    B_dev, X_dev = _to_device(B), _to_device(X)
+    out = cuda.device_array((7, 3), np.float64)
+    binds = []
+    bind = runtime_kernel.bind_arguments
+    runtime_kernel.bind_arguments = lambda *a, **k: binds.append(1) or bind(*a, **k)
+    try:
+        for fmt, params in (("hyb", {"num_col_parts": 2, "buckets": [1, 2]}), ("ell", {})):
+            spmm = lambda fmt=fmt, params=params: sp.ops.spmm(A, B_dev, format=fmt, target="cuda", out=out, **params)  # noqa: E731
+            sddmm = lambda fmt=fmt, params=params: sp.ops.sddmm(A, X_dev, B_dev, format=fmt, target="cuda", **params)  # noqa: E731
+            # SpMM: A's values and, where the format pads (ell), B's flag reset; the flag back.
+            pads = int(fmt == "ell")
+            for call, copies, allocations in ((spmm, {"to_host": pads, "to_device": 1 + pads}, 0),
+                                              (sddmm, {"to_host": 0, "to_device": 1}, 1)):  # fmt: skip
+                call()
+                call()
+                for scale in (2.0, -0.5):
+                    A.data[:] = scale * np.arange(1, A.nnz + 1)
+                    B[0] += scale
+                    B_dev.copy_to_device(B)
+                    binds.clear()
+                    ALLOCATED[0] = 0
+                    got, counts = counted(call)
+                    assert not binds and counts == copies and ALLOCATED[0] == allocations, (fmt, counts, binds)
+                    if call is spmm:
+                        assert got is out
+                        np.testing.assert_allclose(host(out), A @ B, rtol=1e-12, err_msg=fmt)
+                    else:
+                        want = A.multiply(X @ B.T).tocsr().data
+                        np.testing.assert_allclose(host(got), want, rtol=1e-12, err_msg=fmt)
+            B[1, 0] = np.inf
+            B_dev.copy_to_device(B)
+            np.testing.assert_array_equal(np.isnan(host(spmm())), np.isnan(A @ B), err_msg=fmt)
+            B[1, 0] = 1.0
+            B_dev.copy_to_device(B)
+            np.testing.assert_allclose(host(spmm()), A @ B, rtol=1e-12, err_msg=fmt)
+        x = np.arange(5.0)
+        x[3] = np.inf
+        x_dev, y = _to_device(x), cuda.device_array(7, np.float64)
+        for _ in range(2):
+            assert sp.ops.spmm(A, x_dev, format="ell", target="cuda", out=y) is y
+            np.testing.assert_array_equal(np.isnan(host(y)), np.isnan(A @ x))
+    finally:
+        runtime_kernel.bind_arguments = bind
+
+
 def check_repeated_call_is_prepared_once():
     """A call with the same operands again takes the prepared launch (`ops.device.REPEATS`):
     values written in place into B and into A.data are seen, only A's values move (into the

@@ -59,6 +59,7 @@ from ..operands import (
     structure_checked,
 )
 from ..runtime.device import (
+    FiniteCheck,
     all_finite,
     describe,
     empty_like_kind,
@@ -66,6 +67,7 @@ from ..runtime.device import (
     is_device_sparse,
     kind_of,
     take,
+    take_launch,
     to_device,
 )
 from . import parts
@@ -92,14 +94,14 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     """`op` (an `operators.Operator`) on device operands; see the module docstring."""
     if target != "cuda":
         raise InputError(f"device arrays run on target='cuda', got target={target!r}")
-    key = None
-    if not params:
-        # The entry holds its operands, so while it lives no other object has their ids.
-        key = (op.name, id(A), id(out), format, schedule, *map(id, dense))
-        repeat = REPEATS.get(key)
-        if repeat is not None and repeat.fits(A):
-            REPEATS.move_to_end(key)
-            return repeat.run(A)
+    # The entry holds its operands, so while it lives no other object has their ids.
+    key = (op.name, id(A), id(out), format, schedule, *map(id, dense))
+    if params:
+        key = _with_params(key, params)
+    repeat = REPEATS.get(key) if key is not None else None
+    if repeat is not None and repeat.fits(A):
+        REPEATS.move_to_end(key)
+        return repeat.run(A)
     csr_format = isinstance(format, str) and format in ("csr", "auto")
     if csr_format and params:
         raise InputError(f"format {format!r} takes no parameters with device operands, got {', '.join(params)}")
@@ -109,13 +111,14 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
             "host, once per structure): pass A as scipy, or format='csr' (or 'auto')"
         )
     kind = _kind(A, dense, out)
+    held = (A, *dense, out)  # what a prepared call holds (before SpMV's reshape: the caller's objects)
     vector = op.name == "spmm" and _ndim(dense[0]) == 1
     if vector:
         dense = (dense[0].reshape(-1, 1) if is_device_array(dense[0]) else np.asarray(dense[0]).reshape(-1, 1),)
     if not csr_format and op.name == "sddmm":
-        return _sddmm_parts(op, A, dense, format, schedule, params, kind)
+        return _sddmm_parts(op, A, dense, format, schedule, params, kind, key, held)
     if not csr_format:
-        return _spmm_parts(op, A, dense, format, schedule, out, params, kind, vector)
+        return _spmm_parts(op, A, dense, format, schedule, out, params, kind, vector, key, held)
     a = _DeviceCSR.of(A, kind)
     dtype, operands, feat = dense_operands(
         op.name, a.shape, a.dtype, dense, read=_read, fit=lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)
@@ -142,15 +145,24 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
         finish = None
     # A cupyx A whose values the kernel reads converted (another dtype) would not see new values.
     same_values = a.host_values is not None or values is a.device_values
-    if key is not None and a.canonical_input and same_values:
+    if key is not None and not params and a.canonical_input and same_values and _as_given(operands, dense):
         device_values = values if a.host_values is not None else None
         fresh = None if out is not None else _allocator(kind, shape, dtype)
-        REPEATS[key] = Repeat((A, *dense, out), A, _repeat_run(launch, device_values, A.data, fresh, finish))
-        while len(REPEATS) > REPEAT_ENTRIES:
-            REPEATS.popitem(last=False)
+        _remember(key, Repeat(held, A, _repeat_run(launch, device_values, A.data, fresh, finish)))
     if op.name == "sddmm":
         return finish(result)
     return out if out is not None else result.reshape(m) if vector else result
+
+
+def _with_params(key: tuple, params: dict) -> tuple | None:
+    """`key` with a format's parameters (lists, as `buckets=`, by their items), or None where one
+    is not hashable."""
+    items = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())
+    try:
+        hash(items)
+    except TypeError:
+        return None
+    return (*key, items)
 
 
 class Repeat:
@@ -226,10 +238,11 @@ def _copy_into(device, host: np.ndarray) -> None:
         device.set(host)
 
 
-def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: bool):
+def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: bool, key, held: tuple):
     """SpMM with A decomposed by a rule module (hyb, ell, bsr, ...; `ops/parts.py`), the dense
-    operands on the device: the conversion is cached per structure as on the host, its structure
-    arrays go to the device once (`parts_on_device`), the parts' values per call."""
+    operands on the device: the conversion is cached per structure as on the host. The kernel's
+    first run checks the parts' structure on the host arrays (`parts.run_parts`); then the call
+    is prepared (`_prepare_spmm_parts`) and a repeated one runs that."""
     module = parts.format_module(format)
     csr = as_csr(A)
     if not structure_checked(csr):
@@ -238,26 +251,108 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     dtype, (B,), feat = dense_operands(op.name, csr.shape, csr.dtype, dense, read=_read, fit=fit)
     dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[csr.indices.dtype]
     conversion = parts.converted(module, csr, params, dname, idtype)
-    if conversion.pads and not all_finite(B):
-        # A padded slot holds 0 and reads a real row of B: 0 * inf is NaN where A stores nothing.
-        return call(op, csr, (B,), "csr", "cuda", None, out, {})
-    kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
     m, n = csr.shape
+    finish = (lambda c: out) if out is not None else (lambda c: c.reshape(m)) if vector else _identity
+    column = out.reshape(m, 1) if vector and out is not None else out
+
+    def fallback(A):
+        # A padded slot holds 0 and reads a real row of B: 0 * inf is NaN where A stores nothing.
+        return finish(call(op, A, (B,), "csr", "cuda", None, column, {}))
+
+    kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
+    checked = id(kernel) in conversion.checked
+    if not checked and conversion.pads and not all_finite(B):  # (a prepared call checks B itself)
+        return fallback(csr)
     result = _result(op.name, kind, (m, feat), dtype, out, vector)
-    # The kernel's first run checks the structure on the host arrays; later runs take device copies.
-    structure = parts_on_device(conversion, kind) if id(kernel) in conversion.checked else conversion.structure
-    args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **structure}
-    args.update(conversion.values(csr.data, dtype))
-    parts.run_parts(kernel, conversion, args, {})
-    if vector:
-        return out if out is not None else result.reshape(m)
-    return out if out is not None else result
+    if not checked:
+        args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **conversion.structure}
+        args.update(conversion.values(csr.data, dtype))
+        parts.run_parts(kernel, conversion, args, {})
+    reuse = key is not None and csr is A and B is dense[0]
+    if checked or reuse:
+        fresh = None if out is not None else _allocator(kind, (m, feat), dtype)
+        run = _prepare_spmm_parts(kernel, conversion, csr, B, result, dtype, kind, fresh, finish)
+        if reuse:
+            _remember(key, Repeat(held, A, lambda A: run(A, fallback)))
+    if not checked:
+        return finish(result)
+    return run(csr, fallback)
 
 
-def _sddmm_parts(op, A, dense, format, schedule, params, kind: str):
+def _prepare_spmm_parts(kernel, conversion, csr, B, result, dtype, kind: str, fresh, finish) -> Callable:
+    """A decomposed SpMM on these device operands, prepared: the parts' structure on the device
+    (once per conversion), A's values gathered into the parts' value buffer on the device
+    (`_gather_values`: one copy of a scipy A's values, one device take), B's finiteness decided
+    on the device where the format pads (`FiniteCheck`: the one wait for the device), the kernel
+    launched by a `Launcher` into `out=` or a `fresh()` result. The returned `run(A, fallback)`
+    runs `fallback(A)` (CSR's exact loop) where B holds an inf or a NaN."""
+    m, n = csr.shape
+    feat = describe(result).shape[1]
+    refresh, values = _gather_values(conversion, csr, dtype, kind)
+    args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **parts_on_device(conversion, kind), **values}
+    wanted = set(kernel.parameters)
+    launch = kernel.launcher(**{k: v for k, v in args.items() if k in wanted}, check_structure=False)
+    finite = FiniteCheck(B) if conversion.pads else None
+    into = launch.into("c") if fresh is not None else None
+
+    def run(A, fallback):
+        refresh(A.data)
+        if finite is not None and not finite():
+            return fallback(A)
+        if into is None:
+            launch()
+            return finish(None)
+        c = fresh()
+        into(c)
+        return finish(c)
+
+    return run
+
+
+def _gather_values(conversion: parts.Conversion, csr, dtype: np.dtype, kind: str) -> tuple[Callable, dict]:
+    """(refresh, the parts' value arguments on the device): `refresh(A.data)` copies A's values
+    to the device (into a buffer of `nnz + 1` entries whose last stays 0) and gathers them into
+    the parts' value buffer by the slot index of the conversion (on the device once per
+    conversion; a padding slot takes the last entry) with one prepared device take, instead of
+    a gather on the host and a copy per part."""
+    nnz = csr.nnz
+
+    def slots():
+        where = [w.reshape(-1) for w in conversion.gathers.values()]
+        where = np.concatenate(where) if where else np.zeros(0, np.int64)
+        return to_device(np.where(where == 0, nnz, where - 1).astype(np.int64), kind)
+
+    index = _on_device(conversion, kind, "value_slots", slots)
+    source = empty_like_kind(kind, (nnz + 1,), dtype)
+    _copy_into(source[nnz:], np.zeros(1, dtype))
+    flat = empty_like_kind(kind, (conversion.slots,), dtype)
+    gather = take_launch(source, index, flat)
+    copy = _host_copy(source[:nnz], dtype) if nnz else None
+
+    def refresh(data: np.ndarray) -> None:
+        if copy is not None:
+            copy(data)
+        gather()
+
+    return refresh, conversion.value_views(flat)
+
+
+def _host_copy(device, dtype: np.dtype) -> Callable:
+    """A function copying host values (of any float dtype) into `device`, of `dtype`."""
+    put = device.copy_to_device if hasattr(device, "copy_to_device") else device.set
+
+    def copy(host: np.ndarray) -> None:
+        put(host if host.dtype == dtype else host.astype(dtype))
+
+    return copy
+
+
+def _sddmm_parts(op, A, dense, format, schedule, params, kind: str, key, held: tuple):
     """SDDMM with A decomposed by a rule module, the dense operands on the device: each part
     writes its own values (A's layout in that part) into one flat buffer, taken in A's storage
-    order on the device by the slot of each nonzero (on the device once per conversion)."""
+    order on the device by the slot of each nonzero (on the device once per conversion). After
+    the kernel's first run (which checks the parts' structure on the host arrays) the call is
+    prepared as `_spmm_parts`' is."""
     module = parts.format_module(format)
     a = _DeviceCSR.of(A, kind)
     csr = as_csr(A)
@@ -269,19 +364,64 @@ def _sddmm_parts(op, A, dense, format, schedule, params, kind: str):
     conversion = parts.converted(module, csr, params, dname, idtype)
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
     m, n = csr.shape
-    structure = parts_on_device(conversion, kind) if id(kernel) in conversion.checked else conversion.structure
+    finish = _sddmm_results(a, kind)
     # The parts' outputs are views of one flat buffer; A's order is one take by the slot of each
     # nonzero (`Conversion.stored_slots`), whose extra last slot stays 0.
     flat = empty_like_kind(kind, (conversion.slots + 1,), dtype)
-    if conversion.unheld:
-        _copy_into(flat[conversion.slots :], np.zeros(1, dtype))
-    args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **structure}
-    args.update(conversion.output_views(flat))
-    args.update(conversion.values(csr.data, dtype))
-    parts.run_parts(kernel, conversion, args, {})
+    _copy_into(flat[conversion.slots :], np.zeros(1, dtype))
     index = _on_device(conversion, kind, "stored_slots", lambda: to_device(conversion.stored_slots, kind))
-    result = take(flat, index)
-    return _finish_sddmm(a, result, kind)
+    checked = id(kernel) in conversion.checked
+    if not checked:
+        args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **conversion.structure}
+        args.update(conversion.output_views(flat))
+        args.update(conversion.values(csr.data, dtype))
+        parts.run_parts(kernel, conversion, args, {})
+        result = take(flat, index)
+    reuse = key is not None and csr is A and _as_given(operands, dense)
+    if checked or reuse:
+        run = _prepare_sddmm_parts(op, kernel, conversion, csr, operands, flat, index, dtype, kind, finish)
+        if reuse:
+            _remember(key, Repeat(held, A, run))
+    if not checked:
+        return finish(result)
+    return run(csr)
+
+
+def _prepare_sddmm_parts(op, kernel, conversion, csr, operands, flat, index, dtype, kind: str, finish) -> Callable:
+    """A decomposed SDDMM on these device operands, prepared as `_prepare_spmm_parts`: A's values
+    gathered on the device, the kernel launched into the parts' outputs (`flat`), taken into a
+    fresh result in A's order (a prepared take by `index`)."""
+    m, n = csr.shape
+    feat = describe(operands[0]).shape[1]
+    refresh, values = _gather_values(conversion, csr, dtype, kind)
+    args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **parts_on_device(conversion, kind)}
+    args.update(conversion.output_views(flat))
+    args.update(values)
+    wanted = set(kernel.parameters)
+    launch = kernel.launcher(**{k: v for k, v in args.items() if k in wanted}, check_structure=False)
+    fresh = _allocator(kind, (csr.nnz,), dtype)
+    back = take_launch(flat, index, fresh()).into(0)
+
+    def run(A):
+        refresh(A.data)
+        launch()
+        result = fresh()
+        back(result)
+        return finish(result)
+
+    return run
+
+
+def _as_given(operands, dense: tuple) -> bool:
+    """Whether the kernel reads the caller's dense operands themselves (a numpy operand is copied
+    to the device per call: a prepared call would not see new values written into it)."""
+    return all(x is y for x, y in zip(operands, dense))
+
+
+def _remember(key: tuple, repeat: Repeat) -> None:
+    REPEATS[key] = repeat
+    while len(REPEATS) > REPEAT_ENTRIES:
+        REPEATS.popitem(last=False)
 
 
 def parts_on_device(conversion: parts.Conversion, kind: str) -> dict:

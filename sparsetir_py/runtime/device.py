@@ -17,6 +17,8 @@ import numpy as np
 
 __all__ = [
     "ArrayInfo",
+    "FiniteCheck",
+    "PreparedLaunch",
     "all_finite",
     "describe",
     "empty_like_kind",
@@ -24,6 +26,7 @@ __all__ = [
     "is_device_sparse",
     "kind_of",
     "take",
+    "take_launch",
     "to_device",
 ]
 
@@ -124,8 +127,7 @@ def all_finite(value: Any) -> bool:
     from .cuda_finite import mark_nonfinite
 
     flag = cuda.to_device(np.zeros(1, np.int32))
-    threads = 256
-    mark_nonfinite[(size + threads - 1) // threads, threads](value.reshape(size), flag)
+    mark_nonfinite[(size + THREADS - 1) // THREADS, THREADS](value.reshape(size), flag)
     return int(flag.copy_to_host()[0]) == 0
 
 
@@ -141,6 +143,92 @@ def take(values: Any, index: Any) -> Any:
 
     out = cuda.device_array(count, dtype=describe(values).dtype)
     if count:
-        threads = 256
-        kernel[(count + threads - 1) // threads, threads](out, values, index)
+        kernel[(count + THREADS - 1) // THREADS, THREADS](out, values, index)
     return out
+
+
+#: Threads per block of the helper kernels (`cuda_finite`).
+THREADS = 256
+
+
+class PreparedLaunch:
+    """One launch of a helper kernel (`runtime.cuda_finite`) on fixed device arrays, marshalled
+    once as a `runtime.kernel.Launcher`'s is (through the dispatcher where that is unavailable):
+    calling it launches with O(1) host work, and `into(k)` gives a function that launches with
+    another device array of argument `k`'s dtype and shape in its place (unchecked). A launch
+    with no thread does nothing."""
+
+    def __init__(self, kernel: Any, grid: tuple, block: tuple, args: tuple):
+        from .kernel import _device_pointer, _direct_launches
+
+        args = list(args)
+        empty = 0 in grid or 0 in block
+        direct = None if empty else _direct_launches(kernel, args, [(0, grid, block)], lambda index: ())
+        self.direct = direct is not None  #: whether launches skip the dispatcher
+        if direct is not None:
+            self._values, pointers, (self._emit,) = direct
+            self._where = {k: (position, _device_pointer) for k, position in pointers.items()}
+            return
+        self._values = args
+        self._where = {k: (k, _same) for k in range(len(args))}
+        self._emit = _nothing if empty else (lambda values: kernel[grid, block](*values))
+
+    def __call__(self) -> None:
+        self._emit(self._values)
+
+    def into(self, k: int) -> Any:
+        position, entry = self._where[k]
+        base, emit = self._values, self._emit
+
+        def launch(value) -> None:
+            values = base.copy()
+            values[position] = entry(value)
+            emit(values)
+
+        return launch
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _nothing(values: list) -> None:
+    return None
+
+
+def take_launch(values: Any, index: Any, out: Any) -> PreparedLaunch:
+    """`out[:] = values[index]` on the device, prepared (`PreparedLaunch`): 1-D device arrays,
+    `out` of `index`'s length and `values`' dtype."""
+    from .cuda_finite import take as kernel
+
+    count = describe(index).shape[0]
+    return PreparedLaunch(kernel, ((count + THREADS - 1) // THREADS,), (THREADS,), (out, values, index))
+
+
+class FiniteCheck:
+    """Whether a device array holds only finite values, prepared for that array (its values may
+    change between calls; each call looks at them): a flag on the device reset (a 4-byte copy),
+    `mark_nonfinite` launched (`PreparedLaunch`), the flag read back (4 bytes, which waits for
+    the device)."""
+
+    def __init__(self, value: Any):
+        size = math.prod(describe(value).shape)
+        self._mark = None
+        if size == 0:
+            return
+        from numba import cuda
+
+        from .cuda_finite import mark_nonfinite
+
+        self._zero, self._host = np.zeros(1, np.int32), np.zeros(1, np.int32)
+        self._flag = cuda.to_device(self._zero)
+        blocks = (size + THREADS - 1) // THREADS
+        self._mark = PreparedLaunch(mark_nonfinite, (blocks,), (THREADS,), (value.reshape(size), self._flag))
+
+    def __call__(self) -> bool:
+        if self._mark is None:
+            return True
+        self._flag.copy_to_device(self._zero)
+        self._mark()
+        self._flag.copy_to_host(self._host)
+        return int(self._host[0]) == 0
