@@ -87,7 +87,10 @@ ON_DEVICE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def wants_device(A, dense: tuple, out) -> bool:
     """Whether a call has a device operand (and so takes this module's path)."""
-    return is_device_sparse(A) or is_device_array(out) or any(is_device_array(x) for x in dense)
+    for x in dense:
+        if is_device_array(x):
+            return True
+    return is_device_array(out) or is_device_sparse(A)
 
 
 def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) -> Any:

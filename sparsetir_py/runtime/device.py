@@ -33,9 +33,21 @@ __all__ = [
 
 def is_device_array(value: Any) -> bool:
     """Whether `value` lives on a CUDA device (a Numba device array or `__cuda_array_interface__`)."""
+    if type(value) in _DEVICE_TYPES:
+        return True
     if isinstance(value, np.ndarray) or value is None:
         return False
-    return hasattr(value, "__cuda_array_interface__") or (hasattr(value, "copy_to_host") and hasattr(value, "shape"))
+    if not (hasattr(value, "__cuda_array_interface__") or (hasattr(value, "copy_to_host") and hasattr(value, "shape"))):
+        return False
+    cls = type(value)
+    if hasattr(cls, "__cuda_array_interface__") or (hasattr(cls, "copy_to_host") and hasattr(cls, "shape")):
+        _DEVICE_TYPES.add(cls)  # the class says so (its instances need not be asked again)
+    return True
+
+
+#: Classes whose every instance is a device array (CuPy's, Numba's): `hasattr` on an instance
+#: evaluates `__cuda_array_interface__`, a property that builds a dict, on every call.
+_DEVICE_TYPES: set[type] = set()
 
 
 def is_device_sparse(value: Any) -> bool:
