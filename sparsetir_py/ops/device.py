@@ -63,6 +63,7 @@ from ..runtime.device import (
     all_finite,
     describe,
     empty_like_kind,
+    gather_launch,
     is_device_array,
     is_device_sparse,
     kind_of,
@@ -79,6 +80,8 @@ DEVICE_STRUCTURES = StructureCache()
 REPEATS: OrderedDict[tuple, Repeat] = OrderedDict()
 #: How many prepared calls `REPEATS` keeps (each holds its operands alive).
 REPEAT_ENTRIES = 8
+#: A cupyx A's structure on the host, for conversions: (indptr, indices, shape) on the device -> scipy CSR.
+HOST_STRUCTURES = StructureCache()
 #: SDDMM's cupyx results, per structure of A on the device: (indptr, indices, shape) -> `SharedStructure`.
 SDDMM_RESULTS = StructureCache()
 #: What a decomposed format's conversion keeps on the device: conversion -> (kind, what) -> arrays.
@@ -108,11 +111,6 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     csr_format = isinstance(format, str) and format in ("csr", "auto")
     if csr_format and params:
         raise InputError(f"format {format!r} takes no parameters with device operands, got {', '.join(params)}")
-    if not csr_format and is_device_sparse(A):
-        raise InputError(
-            f"format {format!r} with device operands runs with a scipy A only (its conversion is made on the "
-            "host, once per structure): pass A as scipy, or format='csr' (or 'auto')"
-        )
     kind = _kind(A, dense, out)
     held = (A, *dense, out)  # what a prepared call holds (before SpMV's reshape: the caller's objects)
     vector = op.name == "spmm" and _ndim(dense[0]) == 1
@@ -243,18 +241,18 @@ def _copy_into(device, host: np.ndarray) -> None:
 
 def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: bool, key, held: tuple):
     """SpMM with A decomposed by a rule module (hyb, ell, bsr, ...; `ops/parts.py`), the dense
-    operands on the device: the conversion is cached per structure as on the host. The kernel's
-    first run checks the parts' structure on the host arrays (`parts.run_parts`); then the call
-    is prepared (`_prepare_spmm_parts`) and a repeated one runs that."""
+    operands on the device: the conversion is made on the host once per structure (a cupyx A's
+    structure copied there once, `_DeviceCSR.host_structure`). The kernel's first run checks the
+    parts' structure on the host arrays (`parts.run_parts`); then the call is prepared
+    (`_prepare_spmm_parts`) and a repeated one runs that."""
     module = parts.format_module(format)
-    csr = as_csr(A)
-    if not structure_checked(csr):
-        remember_structure(csr)
+    a = _DeviceCSR.of(A, kind)
+    csr = a.host_structure()
     fit = lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)  # noqa: E731
-    dtype, (B,), feat = dense_operands(op.name, csr.shape, csr.dtype, dense, read=_read, fit=fit)
-    dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[csr.indices.dtype]
+    dtype, (B,), feat = dense_operands(op.name, a.shape, a.dtype, dense, read=_read, fit=fit)
+    dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[a.idtype]
     conversion = parts.converted(module, csr, params, dname, idtype)
-    m, n = csr.shape
+    m, n = a.shape
     finish = (lambda c: out) if out is not None else (lambda c: c.reshape(m)) if vector else _identity
     column = out.reshape(m, 1) if vector and out is not None else out
 
@@ -265,43 +263,49 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
     checked = id(kernel) in conversion.checked
     if not checked and conversion.pads and not all_finite(B):  # (a prepared call checks B itself)
-        return fallback(csr)
+        return fallback(A)
     result = _result(op.name, kind, (m, feat), dtype, out, vector)
+    refresh, values = _gather_values(conversion, a, dtype, kind)
     if not checked:
-        args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **conversion.structure}
-        args.update(conversion.values(csr.data, dtype))
+        refresh(a.data)
+        args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **conversion.structure, **values}
         parts.run_parts(kernel, conversion, args, {})
-    reuse = key is not None and csr is A and B is dense[0]
+    reuse = key is not None and a.canonical_input and B is dense[0]
     if checked or reuse:
         fresh = None if out is not None else _allocator(kind, (m, feat), dtype)
-        run = _prepare_spmm_parts(kernel, conversion, csr, B, result, dtype, kind, fresh, finish)
+        run = _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind, fresh, finish)
         if reuse:
-            _remember(key, Repeat(held, A, lambda A: run(A, fallback)))
+
+            def again(A):
+                c = run(A.data)
+                return fallback(A) if c is None else c
+
+            _remember(key, Repeat(held, A, again))
     if not checked:
         return finish(result)
-    return run(csr, fallback)
+    c = run(a.data)
+    return fallback(A) if c is None else c
 
 
-def _prepare_spmm_parts(kernel, conversion, csr, B, result, dtype, kind: str, fresh, finish) -> Callable:
+def _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind: str, fresh, finish) -> Callable:
     """A decomposed SpMM on these device operands, prepared: the parts' structure on the device
     (once per conversion), A's values gathered into the parts' value buffer on the device
-    (`_gather_values`: one copy of a scipy A's values, one device take), B's finiteness decided
-    on the device where the format pads (`FiniteCheck`: the one wait for the device), the kernel
-    launched by a `Launcher` into `out=` or a `fresh()` result. The returned `run(A, fallback)`
-    runs `fallback(A)` (CSR's exact loop) where B holds an inf or a NaN."""
-    m, n = csr.shape
-    feat = describe(result).shape[1]
-    refresh, values = _gather_values(conversion, csr, dtype, kind)
+    (`refresh`, `_gather_values`), B's finiteness decided on the device where the format pads
+    (`FiniteCheck`: the one wait for the device), the kernel launched by a `Launcher` into `out=`
+    or a `fresh()` result. The returned `run(A.data)` gives None where B holds an inf or a NaN
+    (the caller runs CSR's exact loop)."""
+    m, feat = describe(result).shape
+    n = describe(B).shape[0]
     args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **parts_on_device(conversion, kind), **values}
     wanted = set(kernel.parameters)
     launch = kernel.launcher(**{k: v for k, v in args.items() if k in wanted}, check_structure=False)
     finite = FiniteCheck(B) if conversion.pads else None
     into = launch.into("c") if fresh is not None else None
 
-    def run(A, fallback):
-        refresh(A.data)
+    def run(data):
+        refresh(data)
         if finite is not None and not finite():
-            return fallback(A)
+            return None
         if into is None:
             launch()
             return finish(None)
@@ -312,32 +316,48 @@ def _prepare_spmm_parts(kernel, conversion, csr, B, result, dtype, kind: str, fr
     return run
 
 
-def _gather_values(conversion: parts.Conversion, csr, dtype: np.dtype, kind: str) -> tuple[Callable, dict]:
-    """(refresh, the parts' value arguments on the device): `refresh(A.data)` copies A's values
-    to the device (into a buffer of `nnz + 1` entries whose last stays 0) and gathers them into
-    the parts' value buffer by the slot index of the conversion (on the device once per
-    conversion; a padding slot takes the last entry) with one prepared device take, instead of
-    a gather on the host and a copy per part."""
-    nnz = csr.nnz
+def _gather_values(conversion: parts.Conversion, a: _DeviceCSR, dtype: np.dtype, kind: str) -> tuple[Callable, dict]:
+    """(refresh, the parts' value arguments on the device): `refresh(A.data)` gathers A's values
+    into the parts' value buffer by the slot index of the conversion (on the device once per
+    conversion; -1 for a padding slot, which gets 0) with one prepared device take, instead of a
+    gather on the host and a copy per part. A cupyx A's values are read where they are; a scipy
+    A's are copied to the device first (one copy), as are a cupyx A's of another dtype."""
 
     def slots():
         where = [w.reshape(-1) for w in conversion.gathers.values()]
         where = np.concatenate(where) if where else np.zeros(0, np.int64)
-        return to_device(np.where(where == 0, nnz, where - 1).astype(np.int64), kind)
+        return to_device(where.astype(np.int64) - 1, kind)
 
     index = _on_device(conversion, kind, "value_slots", slots)
-    source = empty_like_kind(kind, (nnz + 1,), dtype)
-    _copy_into(source[nnz:], np.zeros(1, dtype))
     flat = empty_like_kind(kind, (conversion.slots,), dtype)
-    gather = take_launch(source, index, flat)
-    copy = _host_copy(source[:nnz], dtype) if nnz else None
+    views = conversion.value_views(flat)
+    if a.device_values is not None and np.dtype(a.device_values.dtype) == dtype:
+        return _ignore_data(gather_launch(a.device_values, index, flat)), views
+    source = empty_like_kind(kind, (a.nnz,), dtype)
+    gather = gather_launch(source, index, flat)
+    copy = None
+    if a.nnz:
+        copy = _host_copy(source, dtype) if a.host_values is not None else _device_copy(source)
 
-    def refresh(data: np.ndarray) -> None:
+    def refresh(data) -> None:
         if copy is not None:
             copy(data)
         gather()
 
-    return refresh, conversion.value_views(flat)
+    return refresh, views
+
+
+def _ignore_data(gather: Callable) -> Callable:
+    return lambda data: gather()
+
+
+def _device_copy(device) -> Callable:
+    """A function copying a CuPy array (any float dtype) into the CuPy array `device`."""
+
+    def copy(values) -> None:
+        device[...] = values
+
+    return copy
 
 
 def _host_copy(device, dtype: np.dtype) -> Callable:
@@ -358,55 +378,53 @@ def _sddmm_parts(op, A, dense, format, schedule, params, kind: str, key, held: t
     prepared as `_spmm_parts`' is."""
     module = parts.format_module(format)
     a = _DeviceCSR.of(A, kind)
-    csr = as_csr(A)
+    csr = a.host_structure()
     fit = lambda X, name, rows, dt: _fit(X, name, rows, dt, kind)  # noqa: E731
-    dtype, operands, feat = dense_operands(op.name, csr.shape, csr.dtype, dense, read=_read, fit=fit)
+    dtype, operands, feat = dense_operands(op.name, a.shape, a.dtype, dense, read=_read, fit=fit)
     if feat == 0:
         return _finish_sddmm(a, a.zero_times(dtype), kind)
-    dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[csr.indices.dtype]
+    dname, idtype = DTYPE_NAMES[dtype], DTYPE_NAMES[a.idtype]
     conversion = parts.converted(module, csr, params, dname, idtype)
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
-    m, n = csr.shape
+    m, n = a.shape
     finish = _sddmm_results(a, kind)
     # The parts' outputs are views of one flat buffer; A's order is one take by the slot of each
     # nonzero (`Conversion.stored_slots`), whose extra last slot stays 0.
     flat = empty_like_kind(kind, (conversion.slots + 1,), dtype)
     _copy_into(flat[conversion.slots :], np.zeros(1, dtype))
     index = _on_device(conversion, kind, "stored_slots", lambda: to_device(conversion.stored_slots, kind))
+    refresh, values = _gather_values(conversion, a, dtype, kind)
+    sizes = {"m": m, "n": n, "feat": feat}
     checked = id(kernel) in conversion.checked
     if not checked:
-        args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **conversion.structure}
+        refresh(a.data)
+        args = {**dict(zip(op.args, operands)), **sizes, **conversion.structure, **values}
         args.update(conversion.output_views(flat))
-        args.update(conversion.values(csr.data, dtype))
         parts.run_parts(kernel, conversion, args, {})
         result = take(flat, index)
-    reuse = key is not None and csr is A and _as_given(operands, dense)
+    reuse = key is not None and a.canonical_input and _as_given(operands, dense)
     if checked or reuse:
-        run = _prepare_sddmm_parts(op, kernel, conversion, csr, operands, flat, index, dtype, kind, finish)
+        args = {**dict(zip(op.args, operands)), **sizes, **parts_on_device(conversion, kind), **values}
+        args.update(conversion.output_views(flat))
+        run = _prepare_sddmm_parts(kernel, args, flat, index, refresh, (a.nnz,), dtype, kind, finish)
         if reuse:
-            _remember(key, Repeat(held, A, run))
+            _remember(key, Repeat(held, A, lambda A: run(A.data)))
     if not checked:
         return finish(result)
-    return run(csr)
+    return run(a.data)
 
 
-def _prepare_sddmm_parts(op, kernel, conversion, csr, operands, flat, index, dtype, kind: str, finish) -> Callable:
-    """A decomposed SDDMM on these device operands, prepared as `_prepare_spmm_parts`: A's values
-    gathered on the device, the kernel launched into the parts' outputs (`flat`), taken into a
-    fresh result in A's order (a prepared take by `index`)."""
-    m, n = csr.shape
-    feat = describe(operands[0]).shape[1]
-    refresh, values = _gather_values(conversion, csr, dtype, kind)
-    args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **parts_on_device(conversion, kind)}
-    args.update(conversion.output_views(flat))
-    args.update(values)
+def _prepare_sddmm_parts(kernel, args: dict, flat, index, refresh, shape, dtype, kind: str, finish) -> Callable:
+    """A decomposed SDDMM on these device arguments, prepared as `_prepare_spmm_parts`: A's values
+    gathered on the device (`refresh`), the kernel launched into the parts' outputs (`flat`),
+    taken into a fresh result in A's order (a prepared take by `index`)."""
     wanted = set(kernel.parameters)
     launch = kernel.launcher(**{k: v for k, v in args.items() if k in wanted}, check_structure=False)
-    fresh = _allocator(kind, (csr.nnz,), dtype)
+    fresh = _allocator(kind, shape, dtype)
     back = take_launch(flat, index, fresh()).into(0)
 
-    def run(A):
-        refresh(A.data)
+    def run(data):
+        refresh(data)
         launch()
         result = fresh()
         back(result)
@@ -476,6 +494,7 @@ class _DeviceCSR:
         self.device_values = None  # a cupyx A's values
         self.canonical_input = False  # whether A itself is the canonical CSR the kernel reads
         self.matrix = None  # a cupyx A in canonical form (the template of SDDMM's results)
+        self.csr = None  # a scipy A's canonical CSR
 
     @classmethod
     def of(cls, A, kind: str) -> _DeviceCSR:
@@ -489,6 +508,7 @@ class _DeviceCSR:
         self = cls(csr.shape, *structure_on_device(csr, kind), csr.indices.dtype, csr.dtype, csr.nnz, kind)
         self.host_values = csr.data
         self.canonical_input = csr is A
+        self.csr = csr
         return self
 
     @classmethod
@@ -512,6 +532,27 @@ class _DeviceCSR:
         self.canonical_input = A is given
         self.matrix = A
         return self
+
+    @property
+    def data(self):
+        """A's values in canonical order: the host array of a scipy A, the device array of a cupyx A."""
+        return self.host_values if self.host_values is not None else self.device_values
+
+    def host_structure(self) -> scipy.sparse.csr_matrix:
+        """A's structure as a checked scipy CSR on the host, for a conversion made there (decomposed
+        formats): a scipy A's canonical CSR, or for a cupyx A one host copy of its indptr/indices
+        (values 0) made once per structure (`HOST_STRUCTURES`) and kept while A's arrays live."""
+        if self.csr is not None:
+            return self.csr
+        host = HOST_STRUCTURES.get(self.indptr, self.indices, self.shape)
+        if host is None:
+            indptr, indices = self.indptr.get(), self.indices.get()
+            host = scipy.sparse.csr_matrix((np.zeros(self.nnz, self.dtype), indices, indptr), shape=self.shape)
+            host.indptr, host.indices = indptr, indices  # A's index dtype (scipy's constructor may narrow it)
+            host.has_canonical_format = True
+            remember_structure(host)  # checked when A's arrays were first seen (`_of_cupyx`)
+            HOST_STRUCTURES.put(self.indptr, self.indices, (self.shape,), host)
+        return host
 
     def values(self, dtype: np.dtype):
         """A's values of `dtype` on the device (a host A's go there now: they may have changed)."""

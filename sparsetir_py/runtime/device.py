@@ -22,6 +22,7 @@ __all__ = [
     "all_finite",
     "describe",
     "empty_like_kind",
+    "gather_launch",
     "is_device_array",
     "is_device_sparse",
     "kind_of",
@@ -212,6 +213,15 @@ def take_launch(values: Any, index: Any, out: Any) -> PreparedLaunch:
     """`out[:] = values[index]` on the device, prepared (`PreparedLaunch`): 1-D device arrays,
     `out` of `index`'s length and `values`' dtype."""
     from .cuda_finite import take as kernel
+
+    count = describe(index).shape[0]
+    return PreparedLaunch(kernel, ((count + THREADS - 1) // THREADS,), (THREADS,), (out, values, index))
+
+
+def gather_launch(values: Any, index: Any, out: Any) -> PreparedLaunch:
+    """`out[t] = values[index[t]]`, 0 where `index[t] < 0` (padding), on the device, prepared
+    (`PreparedLaunch`): 1-D device arrays, `out` of `index`'s length and `values`' dtype."""
+    from .cuda_finite import gather as kernel
 
     count = describe(index).shape[0]
     return PreparedLaunch(kernel, ((count + THREADS - 1) // THREADS,), (THREADS,), (out, values, index))
