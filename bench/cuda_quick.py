@@ -10,6 +10,10 @@ would add) is timed once, in its own column.
 
 Writes `bench-cuda.md` and `bench-cuda.json` under `$SPARSETIR_REPORT_DIR` (default
 `gpu-report/`). Without a GPU it writes the reason there and exits 0.
+
+`python -m bench.cuda_quick --host-overhead [--stub-copies]` needs no GPU: the host time of a
+repeated `sp.ops` call on device operands, in Numba's CUDA simulator with the kernel launches
+stubbed (`host_overhead` says exactly what is stubbed and what is timed).
 """
 
 from __future__ import annotations
@@ -66,7 +70,8 @@ def torch_cuda(op: str, A, operands) -> Prepared:
 def ops_device(op: str, A, operands, format: str) -> Prepared:
     """`sp.ops` on device-resident operands, what a user's repeated call costs, host work
     included: a `cupyx.scipy.sparse` A and cupy arrays where cupy is installed (nothing moves per
-    call), else Numba device arrays with a scipy A (its values go to the device per call)."""
+    call; hyb gathers A's values into its parts on the device), else Numba device arrays with a
+    scipy A (its values go to the device per call)."""
     import sparsetir_py as sp
 
     try:
@@ -74,7 +79,7 @@ def ops_device(op: str, A, operands, format: str) -> Prepared:
         import cupyx.scipy.sparse
     except ImportError:
         cupy = None
-    if cupy is not None and format == "auto":
+    if cupy is not None and format in ("auto", "hyb"):
         A_dev = cupyx.scipy.sparse.csr_matrix(A)
         sync = cupy.cuda.Device().synchronize
         if op == "spmm":

@@ -154,8 +154,8 @@ def check_formats_on_device_operands():
         C, counts = counted(call)
         assert isinstance(C, devicearray.FakeCUDAArray) and counts["to_host"] <= 1, (fmt, counts)
         np.testing.assert_allclose(host(C), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
-        counted(call)  # the kernel's first run checked the structure (host arrays); it goes to the device
-        again, repeated = counted(call)  # and stays there
+        # The kernel's first run checked the structure (host arrays); later ones read it on the device.
+        again, repeated = counted(call)
         assert repeated["to_device"] < counts["to_device"] and repeated["to_host"] <= 1, (fmt, counts, repeated)
         np.testing.assert_allclose(host(again), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
     X = np.random.default_rng(7).standard_normal((7, 4)).astype(np.float32)
@@ -174,53 +174,62 @@ def check_formats_on_device_operands():
 
 
 def check_formats_repeated_with_the_same_operands():
-    """hyb / ell with the same device operands again: a prepared call (no binding; A's values
-    copied once and gathered into the parts on the device, no host gather; B's finiteness flag
-    the one copy back), new values written in place into B and A.data seen, an inf written into
-    B seen (CSR's exact loop), SpMV into a 1-D `out=` included."""
+    """ell SpMM / hyb SDDMM with the same device operands again: a prepared call (no binding; A's
+    values copied once and gathered into the parts on the device, no host gather; B's finiteness
+    flag the one copy back), new values written in place into B and A.data seen, an inf written
+    into B seen (CSR's exact loop), SpMV into a 1-D `out=` included."""
     from sparsetir_py.runtime import kernel as runtime_kernel
+    from sparsetir_py.runtime.device import FiniteCheck
 
-    A = matrix("int64", "float64")
+    A = matrix()  # the kernels of `check_formats_on_device_operands`, compiled already
     rng = np.random.default_rng(9)
-    B, X = rng.standard_normal((5, 3)), rng.standard_normal((7, 3))
+    B, X = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((7, 4)).astype(np.float32)
     B_dev, X_dev = _to_device(B), _to_device(X)
-    out = cuda.device_array((7, 3), np.float64)
+    out = cuda.device_array((7, 4), np.float32)
     binds = []
     bind = runtime_kernel.bind_arguments
     runtime_kernel.bind_arguments = lambda *a, **k: binds.append(1) or bind(*a, **k)
     try:
-        for fmt, params in (("hyb", {"num_col_parts": 2, "buckets": [1, 2]}), ("ell", {})):
+        # (Each call of a decomposed kernel takes about a second in the simulator: few calls.)
+        for fmt, params in (("ell", {}), ("hyb", {"num_col_parts": 2, "buckets": [1, 2]})):
             spmm = lambda fmt=fmt, params=params: sp.ops.spmm(A, B_dev, format=fmt, target="cuda", out=out, **params)  # noqa: E731
             sddmm = lambda fmt=fmt, params=params: sp.ops.sddmm(A, X_dev, B_dev, format=fmt, target="cuda", **params)  # noqa: E731
-            # SpMM: A's values and, where the format pads (ell), B's flag reset; the flag back.
-            pads = int(fmt == "ell")
-            for call, copies, allocations in ((spmm, {"to_host": pads, "to_device": 1 + pads}, 0),
-                                              (sddmm, {"to_host": 0, "to_device": 1}, 1)):  # fmt: skip
-                call()
-                call()
-                for scale in (2.0, -0.5):
-                    A.data[:] = scale * np.arange(1, A.nnz + 1)
-                    B[0] += scale
-                    B_dev.copy_to_device(B)
-                    binds.clear()
-                    ALLOCATED[0] = 0
-                    got, counts = counted(call)
-                    assert not binds and counts == copies and ALLOCATED[0] == allocations, (fmt, counts, binds)
-                    if call is spmm:
-                        assert got is out
-                        np.testing.assert_allclose(host(out), A @ B, rtol=1e-12, err_msg=fmt)
-                    else:
-                        want = A.multiply(X @ B.T).tocsr().data
-                        np.testing.assert_allclose(host(got), want, rtol=1e-12, err_msg=fmt)
-            B[1, 0] = np.inf
-            B_dev.copy_to_device(B)
-            np.testing.assert_array_equal(np.isnan(host(spmm())), np.isnan(A @ B), err_msg=fmt)
-            B[1, 0] = 1.0
-            B_dev.copy_to_device(B)
-            np.testing.assert_allclose(host(spmm()), A @ B, rtol=1e-12, err_msg=fmt)
-        x = np.arange(5.0)
+            # SpMM (ell, which pads): A's values and B's flag reset, the flag back; SDDMM (hyb): A's values.
+            cases = [(spmm, {"to_host": 1, "to_device": 2}, 0)] if fmt == "ell" else []
+            if fmt == "hyb":
+                cases.append((sddmm, {"to_host": 0, "to_device": 1}, 1))
+            for call, copies, allocations in cases:
+                call()  # checks the parts' structure, prepares the call
+                A.data[:] = np.arange(1, A.nnz + 1) / A.nnz
+                B[0] += 2
+                B_dev.copy_to_device(B)
+                binds.clear()
+                ALLOCATED[0] = 0
+                got, counts = counted(call)
+                assert not binds and counts == copies and ALLOCATED[0] == allocations, (fmt, counts, binds)
+                if call is spmm:
+                    assert got is out
+                    np.testing.assert_allclose(host(out), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
+                else:
+                    want = A.multiply(X @ B.T).tocsr().data
+                    np.testing.assert_allclose(host(got), want, rtol=1e-5, atol=1e-5, err_msg=fmt)
+        B[1, 0] = np.inf  # seen by the prepared ell call: CSR's loop, NaN where scipy has NaN
+        B_dev.copy_to_device(B)
+        ell = sp.ops.spmm(A, B_dev, format="ell", target="cuda", out=out)
+        np.testing.assert_array_equal(np.isnan(host(ell)), np.isnan(A @ B))
+        finite = FiniteCheck(B_dev)  # its flag is reset every call
+        B[1, 0] = 1.0
+        B_dev.copy_to_device(B)
+        assert finite()
+        B[4, 3] = -np.inf
+        B_dev.copy_to_device(B)
+        assert not finite()
+        B[4, 3] = 0
+        B_dev.copy_to_device(B)
+        assert finite() and FiniteCheck(cuda.device_array((0, 4), np.float32))()
+        x = np.arange(5.0, dtype=np.float32)
         x[3] = np.inf
-        x_dev, y = _to_device(x), cuda.device_array(7, np.float64)
+        x_dev, y = _to_device(x), cuda.device_array(7, np.float32)
         for _ in range(2):
             assert sp.ops.spmm(A, x_dev, format="ell", target="cuda", out=y) is y
             np.testing.assert_array_equal(np.isnan(host(y)), np.isnan(A @ x))

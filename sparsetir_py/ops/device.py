@@ -21,17 +21,33 @@ when A and every operand are float32, else float64), else `InputError`.
 Results: SpMM gives the `(m, width)` product (`out=` a device array of that shape and dtype
 works too; a 1-D operand gives SpMV). SDDMM gives a `cupyx.scipy.sparse.csr_matrix` with A's
 structure for cupy operands, and for Numba ones the values alone: a device array of `nnz`
-entries in A's storage order (the structure is A's, on the host already). The launch is
-asynchronous, as Numba's and CuPy's are. A repeated call with the same operands (the same
-objects) launches a prepared kernel (`Repeat`, `CUDAKernel.launcher`): O(1) host work.
+entries in A's storage order (the structure is A's, on the host already). A cupyx result is
+built without cupyx's constructor (`SharedStructure`): its `data` is new every call, its
+`indptr`/`indices` one copy of A's made once per structure and shared by every result of that
+structure (never A's own arrays). The launch is asynchronous, as Numba's and CuPy's are.
+
+Repeated calls: a call whose operands are the caller's device arrays themselves (A canonical,
+no numpy operand converted, cupyx A's values of the result's dtype) is prepared once and kept in
+`REPEATS` by the identity of its operands (held by the entry, so no id is reused while it
+lives); a later call with the same objects, A still holding the same arrays, runs the prepared
+call: no argument bound or checked again, no dict built, the kernel's arguments marshalled once
+(`CUDAKernel.launcher`, `Launcher.into` for a fresh result). Per call it copies a scipy A's
+values to the device (they may have changed in place; a cupyx A's are read where they are),
+allocates the result (none with `out=`) and launches. New values written into the same arrays
+are seen; another operand object, or A with another array, prepares anew.
 
 Decomposed formats (`format="hyb"`, `"ell"`, `"bsr"`, a rule module; one horizontally fused launch
-for the parts) run on device dense operands with a scipy A, converted on the host once per
-structure, the parts' structure on the device once (`parts_on_device`), their values per call.
-SpMM: where the format pads, B's finiteness is decided on the device (one flag comes back; with
-an inf or NaN in B, CSR's exact loop runs instead, as on the host). SDDMM: each part writes its
-values into one flat buffer, taken in A's order on the device (`runtime.device.take`). A cupyx A with a
-decomposed format needs a scipy A (the conversion is a host one).
+for the parts) run on device dense operands with a scipy or a cupyx A, converted on the host
+once per structure (a cupyx A's structure copied to the host once, `HOST_STRUCTURES`), the
+parts' structure on the device once (`parts_on_device`). A's values are gathered into the parts
+on the device by the conversion's slot index (`_gather_values`: one prepared device gather, 0
+for padding; no gather on the host, no copy per part). SpMM: where the format pads, B's
+finiteness is decided on the device each call (`runtime.device.FiniteCheck`: B may change in
+place; the 4-byte flag read back is the call's one wait for the device); with an inf or NaN in
+B, CSR's exact loop runs instead, as on the host. SDDMM: each part writes its values into one
+flat buffer, taken in A's order on the device (a prepared take into a fresh result). After the
+kernel's first run, which checks the parts' structure on the host arrays, these calls are
+prepared and repeated as CSR's are.
 """
 
 from __future__ import annotations
