@@ -165,7 +165,7 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
     if key is not None and not params and a.canonical_input and same_values and _as_given(operands, dense):
         device_values = values if a.host_values is not None else None
         fresh = None if out is not None else _allocator(kind, shape, dtype)
-        _remember(key, Repeat(held, A, _repeat_run(launch, device_values, A.data, fresh, finish)))
+        _remember(key, Repeat(held, A, _repeat_run(launch, device_values, fresh, finish)))
     if op.name == "sddmm":
         return finish(result)
     return out if out is not None else result.reshape(m) if vector else result
@@ -204,16 +204,11 @@ class Repeat:
         return self._run(A)
 
 
-def _repeat_run(launch, device_values, data: np.ndarray, fresh: Callable | None, finish: Callable | None):
-    """The body of a repeated call, its branches decided once: copy a scipy A's values (`data`,
-    converted when the kernel's dtype is another) into `device_values` (None: A's values are on
-    the device), launch into `out=` or a `fresh()` result, and `finish` it (None: as written)."""
-    copy = None
-    if device_values is not None:
-        copy = device_values.copy_to_device if hasattr(device_values, "copy_to_device") else device_values.set
-        if np.dtype(device_values.dtype) != data.dtype:
-            dtype, put = np.dtype(device_values.dtype), copy
-            copy = lambda host: put(host.astype(dtype))  # noqa: E731
+def _repeat_run(launch, device_values, fresh: Callable | None, finish: Callable | None):
+    """The body of a repeated call, its branches decided once: copy a scipy A's values (converted
+    when the kernel's dtype is another) into `device_values` (None: A's values are on the
+    device), launch into `out=` or a `fresh()` result, and `finish` it (None: as written)."""
+    copy = None if device_values is None else _host_copy(device_values, np.dtype(device_values.dtype))
     if fresh is None:  # `out=`: launch into it
 
         def run_out(A):
