@@ -10,6 +10,7 @@ helpers never copy a device array to the host.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ __all__ = [
     "PreparedLaunch",
     "all_finite",
     "describe",
+    "device_pointer",
+    "direct_launches",
     "empty_like_kind",
     "gather_launch",
     "is_device_array",
@@ -172,15 +175,13 @@ class PreparedLaunch:
     with no thread does nothing."""
 
     def __init__(self, kernel: Any, grid: tuple, block: tuple, args: tuple):
-        from .kernel import _device_pointer, _direct_launches
-
         args = list(args)
         empty = 0 in grid or 0 in block
-        direct = None if empty else _direct_launches(kernel, args, [(0, grid, block)], lambda index: ())
+        direct = None if empty else direct_launches(kernel, args, [(0, grid, block)], lambda index: ())
         self.direct = direct is not None  #: whether launches skip the dispatcher
         if direct is not None:
             self._values, pointers, (self._emit,) = direct
-            self._where = {k: (position, _device_pointer) for k, position in pointers.items()}
+            self._where = {k: (position, device_pointer) for k, position in pointers.items()}
             return
         self._values = args
         self._where = {k: (k, _same) for k in range(len(args))}
@@ -254,3 +255,68 @@ class FiniteCheck:
         self._mark()
         self._flag.copy_to_host(self._host)
         return int(self._host[0]) == 0
+
+
+def direct_launches(fn, args: list, launches: list, tail: Callable) -> tuple | None:
+    """(the kernel's marshalled arguments, the position of each array argument's pointer there,
+    one launch function per launch) for Numba's compiled overload of `fn` on `args`, marshalled
+    once by Numba's own `_prepare_args` as each launch would; None where this numba-cuda (or the
+    simulator) does not work that way, or an argument would need a copy or a write-back."""
+    if not launches:
+        return None
+    try:
+        from numba.cuda import dispatcher as numba_dispatcher
+        from numba.cuda import types as numba_types
+
+        launch, launch_config = numba_dispatcher.launch, numba_dispatcher.LaunchConfig
+        (compiled,) = fn.specialize(*args, *tail(launches[0][0])).overloads.values()
+        if getattr(compiled, "debug", True) or getattr(compiled, "extensions", None):
+            return None
+        cufunc_kernel = compiled._codelibrary.get_cufunc().kernel
+        types = list(compiled.argument_types)
+        configured = fn[launches[0][1], launches[0][2]]
+        stream, sharedmem = configured.stream, configured.sharedmem
+        values: list = []
+        pointers: dict[int, int] = {}
+        for k, (ty, value) in enumerate(zip(types, args)):
+            segment, retr = [], []
+            compiled._prepare_args(ty, value, stream, retr, segment)
+            if retr:
+                return None
+            if isinstance(ty, numba_types.Array):
+                # Numba's layout: meminfo, parent, size, itemsize, pointer, shape..., strides...
+                if len(segment) < 5 or segment[4] != device_pointer(value):
+                    return None
+                pointers[k] = len(values) + 4
+            values.extend(segment)
+        emits = []
+        for index, grid, block in launches:
+            config = fn[grid, block]
+            tail_args: list = []
+            for ty, value in zip(types[len(args) :], tail(index)):
+                compiled._prepare_args(ty, value, stream, [], tail_args)
+            flags = {
+                "is_cooperative" if numba_dispatcher.CUDA_CORE_GE_1_0 else "cooperative_launch": compiled.cooperative
+            }
+            where = launch_config(grid=config.griddim, block=config.blockdim, shmem_size=sharedmem, **flags)
+            emits.append(
+                lambda values, where=where, tail_args=tuple(tail_args): launch(
+                    stream, where, cufunc_kernel, *values, *tail_args
+                )
+            )
+        return values, pointers, emits
+    except Exception:  # the simulator, or a numba-cuda whose kernels launch otherwise
+        return None
+
+
+def device_pointer(value: Any) -> int:
+    """The device address of a device array's first element (Numba's, CuPy's, or any with
+    `__cuda_array_interface__`), without a copy."""
+    pointer = getattr(value, "device_ctypes_pointer", None)
+    if pointer is not None:
+        return pointer.value or 0
+    memory = getattr(value, "data", None)
+    address = getattr(memory, "ptr", None)  # CuPy's MemoryPointer
+    if type(address) is int:
+        return address
+    return int(value.__cuda_array_interface__["data"][0] or 0)

@@ -33,7 +33,7 @@ from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
-from .device import describe, layout
+from .device import describe, device_pointer, direct_launches, layout
 from .resources import check_launch
 
 
@@ -456,12 +456,12 @@ class Launcher:
         self._given = given or {}  # buffer name -> `ArrayInfo` of the array first given
         self._cuda = _cuda_for_launch()
         tail = (lambda index: (index,)) if kernel._ks.launches else (lambda index: ())
-        direct = None if fallback is not None else _direct_launches(kernel._fn, args, launches, tail)
+        direct = None if fallback is not None else direct_launches(kernel._fn, args, launches, tail)
         if direct is not None:
             #: what the launches take (Numba's marshalled arguments, or `args`), and per buffer the
             #: (position there, array -> entry) of each of its views
             self._values, pointers, self._emits = direct
-            self._where = {name: [(pointers[k], _device_pointer) for k, _ in views] for name, views in slots.items()}
+            self._where = {name: [(pointers[k], device_pointer) for k, _ in views] for name, views in slots.items()}
             self.direct = True  #: whether launches skip the dispatcher (marshalled once)
             return
         self.direct = False
@@ -540,71 +540,6 @@ def _dispatched(fn, grid: tuple, block: tuple, tail: tuple) -> Callable[[list], 
         fn[grid, block](*args, *tail)
 
     return launch
-
-
-def _direct_launches(fn, args: list, launches: list, tail: Callable) -> tuple | None:
-    """(the kernel's marshalled arguments, the position of each array argument's pointer there,
-    one launch function per launch) for Numba's compiled overload of `fn` on `args`, marshalled
-    once by Numba's own `_prepare_args` as each launch would; None where this numba-cuda (or the
-    simulator) does not work that way, or an argument would need a copy or a write-back."""
-    if not launches:
-        return None
-    try:
-        from numba.cuda import dispatcher as numba_dispatcher
-        from numba.cuda import types as numba_types
-
-        launch, launch_config = numba_dispatcher.launch, numba_dispatcher.LaunchConfig
-        (compiled,) = fn.specialize(*args, *tail(launches[0][0])).overloads.values()
-        if getattr(compiled, "debug", True) or getattr(compiled, "extensions", None):
-            return None
-        cufunc_kernel = compiled._codelibrary.get_cufunc().kernel
-        types = list(compiled.argument_types)
-        configured = fn[launches[0][1], launches[0][2]]
-        stream, sharedmem = configured.stream, configured.sharedmem
-        values: list = []
-        pointers: dict[int, int] = {}
-        for k, (ty, value) in enumerate(zip(types, args)):
-            segment, retr = [], []
-            compiled._prepare_args(ty, value, stream, retr, segment)
-            if retr:
-                return None
-            if isinstance(ty, numba_types.Array):
-                # Numba's layout: meminfo, parent, size, itemsize, pointer, shape..., strides...
-                if len(segment) < 5 or segment[4] != _device_pointer(value):
-                    return None
-                pointers[k] = len(values) + 4
-            values.extend(segment)
-        emits = []
-        for index, grid, block in launches:
-            config = fn[grid, block]
-            tail_args: list = []
-            for ty, value in zip(types[len(args) :], tail(index)):
-                compiled._prepare_args(ty, value, stream, [], tail_args)
-            flags = {
-                "is_cooperative" if numba_dispatcher.CUDA_CORE_GE_1_0 else "cooperative_launch": compiled.cooperative
-            }
-            where = launch_config(grid=config.griddim, block=config.blockdim, shmem_size=sharedmem, **flags)
-            emits.append(
-                lambda values, where=where, tail_args=tuple(tail_args): launch(
-                    stream, where, cufunc_kernel, *values, *tail_args
-                )
-            )
-        return values, pointers, emits
-    except Exception:  # the simulator, or a numba-cuda whose kernels launch otherwise
-        return None
-
-
-def _device_pointer(value: Any) -> int:
-    """The device address of a device array's first element (Numba's, CuPy's, or any with
-    `__cuda_array_interface__`), without a copy."""
-    pointer = getattr(value, "device_ctypes_pointer", None)
-    if pointer is not None:
-        return pointer.value or 0
-    memory = getattr(value, "data", None)
-    address = getattr(memory, "ptr", None)  # CuPy's MemoryPointer
-    if type(address) is int:
-        return address
-    return int(value.__cuda_array_interface__["data"][0] or 0)
 
 
 def _trim(sizes: list[int]) -> tuple[int, ...]:

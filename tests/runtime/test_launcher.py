@@ -1,4 +1,5 @@
-"""`runtime.kernel.Launcher`'s direct launches, without a GPU: a stand-in for Numba's compiled
+"""Direct launches (`runtime.device.direct_launches`, what `runtime.kernel.Launcher` and
+`runtime.device.PreparedLaunch` launch through on a GPU), without a GPU: a stand-in for Numba's compiled
 overload (`_prepare_args` lays arrays out as numba-cuda 0.30 does) and for `cuda.core`'s launch
 check that the arguments are marshalled once, a replaced result changes its pointer only, every
 launch gets its own index and configuration, and anything unexpected falls back to the dispatcher.
@@ -13,7 +14,7 @@ import pytest
 from numba.cuda import dispatcher as numba_dispatcher
 from numba.cuda import types
 
-from sparsetir_py.runtime import kernel as runtime_kernel
+from sparsetir_py.runtime import device as runtime_device
 
 
 class FakeDeviceArray:
@@ -72,7 +73,7 @@ def test_arguments_marshalled_once_and_a_result_changes_its_pointer(launches):
     a, c = FakeDeviceArray(0x1000, (6,)), FakeDeviceArray(0x2000, (6,))
     overload = FakeOverload([types.float32[::1], types.float32[::1], types.int32, types.int32])
     fn = FakeDispatcher(overload)
-    direct = runtime_kernel._direct_launches(fn, [a, c, 6], [(0, (2,), (3,)), (1, (1,), (3,))], lambda k: (k,))
+    direct = runtime_device.direct_launches(fn, [a, c, 6], [(0, (2,), (3,)), (1, (1,), (3,))], lambda k: (k,))
     assert direct is not None
     values, pointers, emits = direct
     assert pointers == {0: 4, 1: 7 + 4}  # 7 entries an array of one dimension
@@ -93,13 +94,13 @@ def test_arguments_marshalled_once_and_a_result_changes_its_pointer(launches):
 def test_anything_unexpected_falls_back_to_the_dispatcher(launches):
     a = FakeDeviceArray(0x1000, (6,))
     overload = FakeOverload([types.float32[::1], types.int32])
-    assert runtime_kernel._direct_launches(FakeDispatcher(overload), [a], [], lambda k: ()) is None  # nothing to launch
+    assert runtime_device.direct_launches(FakeDispatcher(overload), [a], [], lambda k: ()) is None  # nothing to launch
     overload.debug = True
-    assert runtime_kernel._direct_launches(FakeDispatcher(overload), [a], [(0, (1,), (1,))], lambda k: ()) is None
+    assert runtime_device.direct_launches(FakeDispatcher(overload), [a], [(0, (1,), (1,))], lambda k: ()) is None
     overload.debug = False
     overload._prepare_args = lambda ty, value, stream, retr, kernelargs: kernelargs.extend([0, 0, 6, 4, 0x9999, 6, 4])
     # The pointer is not where numba-cuda 0.30 puts it: not trusted.
-    assert runtime_kernel._direct_launches(FakeDispatcher(overload), [a], [(0, (1,), (1,))], lambda k: ()) is None
+    assert runtime_device.direct_launches(FakeDispatcher(overload), [a], [(0, (1,), (1,))], lambda k: ()) is None
 
 
 def test_device_pointer_of_each_kind():
@@ -110,7 +111,7 @@ def test_device_pointer_of_each_kind():
     class InterfaceOnly:
         __cuda_array_interface__ = {"data": (0x6000, False)}
 
-    assert runtime_kernel._device_pointer(FakeDeviceArray(0x4000, (1,))) == 0x4000
-    assert runtime_kernel._device_pointer(FakeDeviceArray(0, (0,))) == 0  # an empty array: no allocation
-    assert runtime_kernel._device_pointer(CupyLike()) == 0x5000
-    assert runtime_kernel._device_pointer(InterfaceOnly()) == 0x6000
+    assert runtime_device.device_pointer(FakeDeviceArray(0x4000, (1,))) == 0x4000
+    assert runtime_device.device_pointer(FakeDeviceArray(0, (0,))) == 0  # an empty array: no allocation
+    assert runtime_device.device_pointer(CupyLike()) == 0x5000
+    assert runtime_device.device_pointer(InterfaceOnly()) == 0x6000
