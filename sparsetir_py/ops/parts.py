@@ -67,6 +67,11 @@ class Conversion:
         flat[-1] = 0
         return flat, self.output_views(flat)
 
+    def value_views(self, flat):
+        """The parts' value arguments (`a_<rule>`) as views of `flat` (host or device), slot by
+        slot, as `values` lays them out (`ops/device.py` gathers into a device buffer)."""
+        return self._views(flat)
+
     def output_views(self, flat):
         """The parts' SDDMM outputs (`c_<rule>`) as views of `flat` (host or device), slot by slot."""
         return {"c" + name[1:]: view for name, view in self._views(flat).items()}
