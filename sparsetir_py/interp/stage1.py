@@ -504,7 +504,7 @@ def _interpret_assembled(func: PrimFunc, args: tuple, kwargs: dict) -> dict:
     result: dict = {}
     for o in outputs:
         b = buffers[o.buffer]
-        shape = (-1, bound.axes[b.axes[-1]].length)
+        shape = (bound.axes[b.axes[0]].length, bound.axes[b.axes[-1]].length)
         result.update(assembled_arrays(o, interp.data(b).reshape(shape), interp.present[b].reshape(shape)))
     return result
 

@@ -31,6 +31,7 @@ from ..coiteration.assemble import Assembly
 from ..coiteration.host import AssembledKernel
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
+from ..ir.node import FrozenDict
 from ..transform.compact_buffers import compact_buffers
 from ..transform.sink_allocations import sink_allocations
 from . import cache
@@ -120,7 +121,13 @@ def build_assembled(mod: IRModule, target: str, **options: Any) -> AssembledKern
     plans = {f.attrs["assemble"] for f in funcs.values() if "assemble" in f.attrs}
     if len(plans) != 1 or any("assemble" not in f.attrs for f in funcs.values()):
         raise CodegenError(f"in `build`: the module mixes kernels of several assembled outputs ({', '.join(funcs)})")
-    kernels = {f.attrs["assemble_role"]: build(f, target, **options) for f in funcs.values()}
+    # Built without the plan: the kernels are then those of `sp.ops.spgemm` / `add` / `multiply`
+    # for the same dtypes and schedule, one source and one compiled cache entry for both.
+    plain = {
+        f.attrs["assemble_role"]: f.replace(attrs=FrozenDict({k: v for k, v in f.attrs.items() if "assemble" not in k}))
+        for f in funcs.values()
+    }
+    kernels = {role: build(f, target, **options) for role, f in plain.items()}
     return AssembledKernel(Assembly.from_json(plans.pop()), kernels, target)
 
 
