@@ -370,7 +370,7 @@ class Parser:
         """Buffers declared with `encoding=` move onto their encoding's level axes (MLIR style)."""
         if not self.encoded:
             return func
-        from ..transform.expand_encoded_buffers import expand_encoded_buffers
+        from ..format.mlir.expand import expand_encoded_buffers
 
         for buf, (enc, node) in self.encoded.items():
             try:
