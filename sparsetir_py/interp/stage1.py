@@ -467,8 +467,12 @@ class AssemblingInterpreter(Interpreter):
 
     def run_updates(self, s: Stmt, frame: Frame) -> None:
         if isinstance(s, BufferStore) and frame.n and s.buffer in self.present:
-            present = np.broadcast_to(self.presence(as_update(s)[1], frame), (frame.n,))
-            self.mark(s, frame, present, update=True)
+            op, operand = as_update(s)
+            present = np.broadcast_to(self.presence(operand, frame), (frame.n,))
+            if op == "*":  # C[e] *= x: present where both are
+                self.present[s.buffer][self.store_offsets(s, frame)[~present]] = False
+            else:
+                self.mark(s, frame, present, update=True)
         super().run_updates(s, frame)
 
 

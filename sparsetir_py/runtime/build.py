@@ -121,6 +121,12 @@ def build_assembled(mod: IRModule, target: str, **options: Any) -> AssembledKern
     plans = {f.attrs["assemble"] for f in funcs.values() if "assemble" in f.attrs}
     if len(plans) != 1 or any("assemble" not in f.attrs for f in funcs.values()):
         raise CodegenError(f"in `build`: the module mixes kernels of several assembled outputs ({', '.join(funcs)})")
+    plan = Assembly.from_json(plans.pop())
+    if target == "cuda" and plan.op == "spgemm" and plan.workspace != "global":
+        raise CodegenError(
+            f"in `build`: an assembled SpGEMM for CUDA needs its workspace in global memory (a block cannot "
+            f'allocate the {plan.workspace!r} one at run time): `sch.workspace(it, "global")` on the Stage I iteration'
+        )
     # Built without the plan: the kernels are then those of `sp.ops.spgemm` / `add` / `multiply`
     # for the same dtypes and schedule, one source and one compiled cache entry for both.
     plain = {
@@ -128,7 +134,7 @@ def build_assembled(mod: IRModule, target: str, **options: Any) -> AssembledKern
         for f in funcs.values()
     }
     kernels = {role: build(f, target, **options) for role, f in plain.items()}
-    return AssembledKernel(Assembly.from_json(plans.pop()), kernels, target)
+    return AssembledKernel(plan, kernels, target)
 
 
 def _fit_cuda(func: PrimFunc, ks: KernelSource, options: dict[str, Any]) -> tuple[PrimFunc, KernelSource, Resources]:

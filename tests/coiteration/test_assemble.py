@@ -310,3 +310,8 @@ def test_bad_arguments_are_input_errors():
     with pytest.raises(ScheduleError, match="expected one of"):
         sch = sp.Schedule(spgemm_script())
         sch.workspace(sch.get_sparse_iteration("spgemm"), "tree")
+
+
+def test_cuda_spgemm_needs_global_workspaces():
+    with pytest.raises(sp.CodegenError, match="global"):
+        sp.compile(spgemm_script(), "cuda")
