@@ -288,6 +288,21 @@ def test_unsupported_shapes_are_lowering_errors():
         sp.lower_sparse_iter(ewise_script("X0 + alpha", 1))
     with pytest.raises(LoweringError, match="element-wise expression takes"):
         sp.lower_sparse_iter(sp.from_script(ewise_script("X0 * X1", 2).script().replace("*", "/", 1)))
+    with pytest.raises(LoweringError, match="expected the update"):
+        sp.lower_sparse_iter(sp.from_script(spgemm_script().script().replace("A[i, kk] * B", "A[i, kk] + B")))
+    unsorted = ewise_script("X0 * X1", 2).script().replace('(p1, q1), "int32"', '(p1, q1), "int32", sorted=False')
+    with pytest.raises(LoweringError, match="must be CSR: a sorted"):
+        sp.lower_sparse_iter(sp.from_script(unsorted))
+
+
+def test_interpreter_presence_semantics():
+    """The oracle runs what the kernels refuse: a value that no stored operand reaches is stored
+    where it is written nonzero (`X0 + alpha`: every coordinate), not where it is a literal 0."""
+    A = make_csr(np.array([[1, 0, 1], [0, 0, 0]], bool), np.array([1.0, 2.0]), "int32", "float32")
+    out = sp.interpret(ewise_script("X0 + alpha", 1), **ewise_args([A], alpha=0.5))
+    assert out["nnz_c"] == 6 and list(out["c"]) == [1.5, 0.5, 2.5, 0.5, 0.5, 0.5]
+    out = sp.interpret(ewise_script("X0 * 0.0 + X0", 1), **ewise_args([A]))
+    assert list(out["indices_c"]) == [0, 2] and list(out["indptr_c"]) == [0, 2, 2]
 
 
 def test_bad_arguments_are_input_errors():
