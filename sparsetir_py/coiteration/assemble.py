@@ -1,4 +1,4 @@
-"""Outputs whose structure the kernel assembles (`T.sparse_variable(..., assemble=True)`, DESIGN §3f).
+"""Outputs whose structure the kernel assembles (`T.sparse_variable(..., assemble=True)`, the design card §3f).
 
 An assembled output `C` over `(I, JC)` has no structure before the call: the caller passes no
 `indptr`, `indices`, `nnz` or values for it and receives them. Which coordinates it stores is

@@ -30,7 +30,7 @@ class Axis(Node):
     - `nnz`: stored positions of the whole level (variable axes).
     - `nnz_cols`: stored positions per parent position (`sparse_fixed`, e.g. ELL).
     - `assemble`: a `sparse_variable` level of an output whose structure the kernel builds
-      (`assemble=True`, DESIGN §3f): its indptr, indices and nnz are results, not arguments.
+      (`assemble=True`, the design card §3f): its indptr, indices and nnz are results, not arguments.
     """
 
     # Identity, not value: two declarations with equal fields are different objects.

@@ -75,7 +75,7 @@ Rules, in the order they are checked:
   dense_fixed root, the last axis of the sparse buffers over it; each such buffer is matched to a
   parameter and is an output: written in the function, and read only by updates of the element
   being written (`C[i, j] = C[i, j] + ...`). Its writes are not checked writes: they make the
-  structure (DESIGN §3f).
+  structure (the design card §3f).
 - `LoopExtentError`: constant extents (loops, block iterators, axis lengths, nnz, nnz_cols,
   buffer shapes, regions) are non-negative; a loop's kind is in `LOOP_KINDS`.
   - `ThreadBindingError`: a thread_binding loop has a tag from `THREAD_TAGS` and starts at 0,

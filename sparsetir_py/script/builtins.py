@@ -67,7 +67,7 @@ def sparse_variable(parent, shape, data, idtype="int32", sorted=True, assemble=F
 
     `assemble=True` declares the level of an output whose structure the kernel assembles (a
     symbolic pass, a prefix sum, a numeric pass): the caller passes no indptr, indices, nnz or
-    values for it and receives them from the kernel (DESIGN §3f)."""
+    values for it and receives them from the kernel (the design card §3f)."""
     _only_in_script("sparse_variable")
 
 

@@ -1,5 +1,5 @@
 """Scripts whose sparse output the kernel assembles (`T.sparse_variable(..., assemble=True)`,
-DESIGN §3f): SpGEMM, element-wise add and multiply of two and of three operands, compiled for the
+the design card §3f): SpGEMM, element-wise add and multiply of two and of three operands, compiled for the
 CPU and checked against the interpreter (the coordinate-space oracle) and scipy, structure and
 values, on edge matrices and hypothesis draws; the named errors of scripts that misuse it.
 
