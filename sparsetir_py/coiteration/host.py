@@ -126,10 +126,11 @@ class AssembledKernel:
             check_compressed("csr", (rows, cols), indptr, indices, data, o.name)
             if int(indptr[-1]) != nnz:
                 raise InputError(f"argument `{o.indptr}` must end at nnz = {nnz}, got {indptr[-1]}")
-            step = np.diff(indices.astype(np.int64))
-            inner = np.ones(len(step), bool)
-            inner[indptr[1:-1][(indptr[1:-1] > 0) & (indptr[1:-1] < nnz)] - 1] = False
-            if (step[inner] <= 0).any():
+            # Strictly increasing within each row: a step down or a repeat is allowed only where a row starts.
+            bad = indices[1:] <= indices[:-1]
+            starts = indptr[1:-1]
+            bad[starts[(starts > 0) & (starts < nnz)] - 1] = False
+            if bad.any():
                 raise InputError(
                     f"argument `{o.indices}` (indices of `{o.name}`) is not strictly increasing within a row "
                     "(the level is declared sorted)"
