@@ -16,8 +16,6 @@ faster); calls are interleaved in rounds (`bench.measure.interleaved`).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse
@@ -26,18 +24,15 @@ from .coiteration import mesh, power_law
 from .measure import interleaved
 
 
-def scripts():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "coiteration"))
-    from test_assemble import as_csr, ewise_args, ewise_script, spgemm_args, spgemm_script
-
-    return as_csr, ewise_args, ewise_script, spgemm_args, spgemm_script
+def as_csr(out: dict, shape) -> scipy.sparse.csr_matrix:
+    """An assembled kernel's result as a scipy matrix."""
+    return scipy.sparse.csr_matrix((out["c"], out["indices_c"], out["indptr_c"]), shape=shape)
 
 
 def cases(A) -> dict:
     import sparsetir_py as sp
+    from sparsetir_py.ops.scripts import elementwise_arguments, elementwise_script, spgemm_arguments, spgemm_script
 
-    as_csr, ewise_args, ewise_script, spgemm_args, spgemm_script = scripts()
     R = scipy.sparse.csr_matrix(A[::-1])
     T = scipy.sparse.csr_matrix(A.T)
     T.data = np.random.default_rng(0).permutation(T.data).astype(np.float32)
@@ -45,9 +40,9 @@ def cases(A) -> dict:
         M.sort_indices()
         M.indices, M.indptr = M.indices.astype(np.int32), M.indptr.astype(np.int32)
     gemm = sp.compile(spgemm_script())
-    add3 = sp.compile(ewise_script("X0 + X1 - X2", 3))
-    mul3 = sp.compile(ewise_script("X0 * X1 * X2", 3))
-    g_args, a_args = spgemm_args(A, A), ewise_args([A, R, T])
+    add3 = sp.compile(elementwise_script("X0 + X1 - X2", 3))
+    mul3 = sp.compile(elementwise_script("X0 * X1 * X2", 3))
+    g_args, a_args = spgemm_arguments(A, A), elementwise_arguments([A, R, T])
     checks = {
         "spgemm": (lambda: as_csr(gemm(**g_args), A.shape), A @ A),
         "add3": (lambda: as_csr(add3(**a_args), A.shape), A + R - T),

@@ -17,71 +17,10 @@ from matrices import edge_matrices, make_csr, with_types
 from strategies import csr_matrices
 
 import sparsetir_py as sp
-from sparsetir_py import script as T
 from sparsetir_py.errors import FrontendError, InputError, LoweringError, ScheduleError, VerifyError
+from sparsetir_py.ops.scripts import elementwise_arguments, elementwise_script, spgemm_arguments, spgemm_script
 
-
-def spgemm_script(idtype="int32", dtype="float32"):
-    @T.prim_func
-    def spgemm(a: T.handle, indptr_a: T.handle, indices_a: T.handle, b: T.handle, indptr_b: T.handle,
-               indices_b: T.handle, c: T.handle, indptr_c: T.handle, indices_c: T.handle,
-               m: T.int32, k: T.int32, n: T.int32, nnz_a: T.int32, nnz_b: T.int32, nnz_c: T.int32):  # fmt: skip
-        I = T.dense_fixed(m)
-        K = T.sparse_variable(I, (k, nnz_a), (indptr_a, indices_a), idtype)
-        KB = T.dense_fixed(k)
-        JB = T.sparse_variable(KB, (n, nnz_b), (indptr_b, indices_b), idtype)
-        J = T.dense_fixed(n)
-        JC = T.sparse_variable(I, (n, nnz_c), (indptr_c, indices_c), idtype, assemble=True)
-        A = T.match_sparse_buffer(a, (I, K), dtype)
-        B = T.match_sparse_buffer(b, (KB, JB), dtype)
-        C = T.match_sparse_buffer(c, (I, JC), dtype)
-        with T.sp_iter([I, K, J], "SRS", "spgemm") as [i, kk, j]:
-            with T.init():
-                C[i, j] = 0.0
-            C[i, j] = C[i, j] + A[i, kk] * B[kk, j]
-
-    return spgemm
-
-
-def ewise_script(expression: str, count: int, idtype="int32", dtype="float32"):
-    """`C[i, j] = <expression>` over operands X0..X{count-1} and the scalar `alpha`."""
-    names = [f"X{t}" for t in range(count)]
-    params = "".join(f"x{t}: T.handle, p{t}: T.handle, q{t}: T.handle, " for t in range(count))
-    sizes = "".join(f", nnz{t}: T.int32" for t in range(count))
-    decls = "".join(
-        f"    J{t} = T.sparse_variable(I, (n, nnz{t}), (p{t}, q{t}), {idtype!r})\n"
-        f"    X{t} = T.match_sparse_buffer(x{t}, (I, J{t}), {dtype!r})\n"
-        for t in range(count)
-    )
-    body = expression
-    for t, name in enumerate(names):
-        body = body.replace(name, f"X{t}[i, j]")
-    source = f"""
-from sparsetir_py import script as T
-
-@T.prim_func
-def ewise({params}c: T.handle, indptr_c: T.handle, indices_c: T.handle, m: T.int32, n: T.int32{sizes},
-          nnz_c: T.int32, alpha: T.{dtype}):
-    I = T.dense_fixed(m)
-    J = T.dense_fixed(n)
-{decls}    JC = T.sparse_variable(I, (n, nnz_c), (indptr_c, indices_c), {idtype!r}, assemble=True)
-    C = T.match_sparse_buffer(c, (I, JC), {dtype!r})
-    with T.sp_iter([I, J], "SS", "ewise") as [i, j]:
-        C[i, j] = {body}
-"""
-    return sp.from_script(source)
-
-
-def spgemm_args(A, B) -> dict:
-    return dict(a=A.data, indptr_a=A.indptr, indices_a=A.indices, b=B.data, indptr_b=B.indptr, indices_b=B.indices,
-                m=A.shape[0], k=A.shape[1], n=B.shape[1], nnz_a=A.nnz, nnz_b=B.nnz)  # fmt: skip
-
-
-def ewise_args(mats, alpha=2.0) -> dict:
-    args = {"m": mats[0].shape[0], "n": mats[0].shape[1], "alpha": alpha}
-    for t, X in enumerate(mats):
-        args |= {f"x{t}": X.data, f"p{t}": X.indptr, f"q{t}": X.indices, f"nnz{t}": X.nnz}
-    return args
+ewise_script, spgemm_args, ewise_args = elementwise_script, spgemm_arguments, elementwise_arguments
 
 
 def as_csr(out: dict, shape, values="c") -> scipy.sparse.csr_matrix:
