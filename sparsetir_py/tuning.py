@@ -73,7 +73,7 @@ from .runtime import timing
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
-TUNE_FORMAT = 7  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 8  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
 _MEMORY: dict[str, TuneResult] = {}
@@ -302,6 +302,10 @@ BSR_MIN_FILL = 0.7
 BSR_MIN_NNZ = 1024
 #: A family other than CSR and BSR is timed when the model puts it within this factor of CSR.
 REACH = 2.0
+#: Column parts (`format_rules.colparts`): at most this many, and the loop overhead of one stored
+#: (row, column part) pair (its row of C addressed, its nonzeros' bounds), per thread.
+COLPARTS_MAX = 16
+COLPARTS_PAIR_S = 4e-9
 
 
 @dataclass
@@ -373,6 +377,15 @@ class Structure:
         blocks = np.array_split(np.arange(SPLIT_PARTS), threads)
         per_thread = [ends[bounds[b[-1] + 1]] - ends[bounds[b[0]]] for b in blocks if len(b)]
         return max(1.0, float(max(per_thread) * threads / self.nnz))
+
+    def row_parts(self, parts: int) -> float:
+        """The expected number of (row, column part) pairs that hold a nonzero, when each row's
+        nonzeros fall on the `parts` column parts at random: `parts * (1 - (1 - 1/parts)**length)`
+        per row (every non-empty row for one part)."""
+        lengths = self.lengths[self.lengths > 0].astype(np.float64)
+        if parts <= 1:
+            return float(lengths.size)
+        return float((parts * -np.expm1(lengths * np.log1p(-1.0 / parts))).sum())
 
     def padded_ell(self, buckets: list[int], col_parts: int) -> float:
         """Stored slots of hyb(`col_parts`, `buckets`) over nnz, assuming each row's nonzeros
@@ -464,6 +477,36 @@ def _model_hyb(s: Structure, w: int, mach: Machine, parts: int, buckets: list[in
     return gather + stream / mach.stream_bps + overhead
 
 
+def _model_colparts(s: Structure, w: int, mach: Machine, parts: int, itemsize: int = 4) -> float:
+    """Column parts walked per row block (`format_rules.colparts`, `schedules.colparts`): each
+    nonzero reads a row of its part's slice of B (`n / parts` rows, from the cache level that slice
+    fits in: `Machine.gather_s` with the misses of one part, `Structure.reuse_miss`), four nonzeros
+    at a time as CSR's `_x4_fixed`; the price is C: zeroed once, then read and written once per
+    stored (row, column part) pair (`Structure.row_parts`) instead of once per row, and each pair
+    costs a row's loop overhead."""
+    row = w * itemsize
+    pairs = s.row_parts(parts)
+    mean = s.nnz / max(pairs, 1)
+    gain = (0.8 if mean >= 8 else 1.05) * (0.8 if w >= 64 else 0.85)  # four at a time, the width compiled in
+    gather = mach.gather_s(s.nnz / mach.threads * 1.05, row, s.n * row / parts, _miss(s, mach, row, parts)) * gain
+    stream = s.nnz * (itemsize + 4) + pairs * 8 + s.m * row + 2 * pairs * row
+    return gather + stream / mach.stream_bps + pairs * COLPARTS_PAIR_S / mach.threads + 8e-6
+
+
+def colparts_counts(s: Structure, w: int, mach: Machine, itemsize: int = 4) -> list[int]:
+    """The column-part counts worth a candidate where B outgrows the last-level cache: the
+    smallest power of two whose slice of B fits it (at most `COLPARTS_MAX`), and half of that (a
+    slice that fits only in part, but fewer passes over C); none where B fits, or where a part
+    would hold fewer than 2048 columns."""
+    row = w * itemsize
+    if s.n * row <= mach.llc_bytes:
+        return []
+    fit = 2
+    while fit < COLPARTS_MAX and s.n * row / fit > mach.llc_bytes:
+        fit *= 2
+    return [p for p in sorted({max(2, fit // 2), fit}) if s.n >= 2048 * p]
+
+
 def candidates(
     op: str, s: Structure, w: int, target: str, mach: Machine, *, every: bool = False, itemsize: int = 4
 ) -> list[Candidate]:
@@ -523,6 +566,10 @@ def candidates(
         for b in BLOCK_SIZES:
             if s.fills.get(b, 0.0) >= BSR_MIN_FILL:
                 out.append(Candidate("bsr", {"block_size": b}, None, _model_bsr(op, s, w, mach, b, itemsize)))
+    if cpu and op == "spmm" and large and s.nnz >= BSR_MIN_NNZ:
+        for parts in colparts_counts(s, w, mach, itemsize):
+            params = {"num_col_parts": parts, "row_blocks": max(1, mach.threads)}
+            out.append(Candidate("colparts", params, None, _model_colparts(s, w, mach, parts, itemsize)))
     if (large and s.nnz >= BSR_MIN_NNZ) or not cpu:
         for parts in (1, 2, 4, 8):
             if parts > 1 and (op == "sddmm" or s.n < 2048 * parts):
@@ -571,6 +618,16 @@ def plan(cands: list[Candidate], s: Structure, w: int, mach: Machine, top: int, 
             families["hyb"] = f"timed: {why}"
         else:
             families["hyb"] = f"not timed: the model puts it at {ratio:.1f}x CSR (more than {REACH}x); {where}"
+    row = w * itemsize
+    where = f"B ({s.n * row / 2**20:.1f} MiB) {{}} the last-level cache ({mach.llc_bytes / 2**20:.0f} MiB)"
+    if "colparts" in best and csr is not None:
+        c = best["colparts"]
+        ratio = c.predicted_s / max(csr.predicted_s, 1e-12)
+        why = f"{where.format('outgrows')}; the model puts it at {ratio:.2f}x CSR"
+        chosen.setdefault(id(c), f"the best column parts by the model: {why}")
+        families["colparts"] = f"timed: {why} (always timed where B outgrows the cache)"
+    elif csr is not None and mach.threads and s.n * row <= mach.llc_bytes:
+        families["colparts"] = f"not a candidate: {where.format('fits')}"
     for c in cands:
         c.why = chosen.get(id(c), "not timed: another of its family was")
     return [c for c in cands if id(c) in chosen], families

@@ -98,7 +98,20 @@ class _Part:
             taken.add(new)
             return new
 
-        self.params = {p: Var(fresh(p.name), p.dtype) for p in desc.params}
+        given = {p.name: p for p in func.params}
+        self.params = {}
+        for p in desc.params:
+            if p.name not in rule.shared_params:
+                self.params[p] = Var(fresh(p.name), p.dtype)
+                continue
+            if p.name not in given or given[p.name].dtype != p.dtype:
+                raise FormatError(
+                    f"rule `{rule.name}`: shared parameter `{p.name}` ({p.dtype}) is not a parameter of "
+                    f"`{func.name}` of that dtype"
+                )
+            self.params[p] = given[p.name]
+        #: The new parameters the function takes for this part (the shared ones it has already).
+        self.new_params = [v for p, v in self.params.items() if p.name not in rule.shared_params]
         self.axes: dict[Axis, Axis] = {}
         for a in desc.axes:  # parents come first
             self.axes[a] = a.replace(
@@ -167,7 +180,7 @@ class _Decomposition:
         axes = list(func.axes)
         buffers = list(func.buffers)
         for part in self.parts:
-            params += part.params.values()
+            params += part.new_params
             axes += part.axes.values()
             buffers += part.buffers.values()
         body = seq(*copies, body) if include_copies else body
