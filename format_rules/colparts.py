@@ -1,16 +1,19 @@
-"""Column parts walked row block by row block: A's rows split into `row_blocks` ranges of about
-equal nonzeros, A's columns into `num_col_parts` ranges of equal width (as hyb's column parts),
-and within each row block the rows of column part 0, then those of part 1, and so on. One CSR
-level holds them: a "row" of the format is (row block, column part, row of A) with the nonzeros
-of that row in that column part; rows with none there are not stored.
+"""Column parts walked row block by row block: A's rows split into `row_blocks` contiguous
+ranges of about equal nonzeros (a row weighs its nonzeros plus one, as `split_by` does), A's
+columns into `num_col_parts` ranges of `ceil(n / num_col_parts)` columns (as hyb's column parts).
+A *unit* is one (row block, column part), numbered block-major; it holds, in row order, the rows
+of its block that have nonzeros in its columns, each with those nonzeros (no padding).
 
     rules = format_rules.colparts.rules(A, num_col_parts=4, row_blocks=2)
     args = format_rules.colparts.convert(A, num_col_parts=4, row_blocks=2)
 
-Three levels, one rule named `colparts`: row blocks (dense), rows (sparse, unsorted: the
-original row ids, each row once per column part it has nonzeros in), columns (sparse). A thread
-that runs one row block (`schedules.colparts`) writes only its rows, and reads one column part of
-B at a time: a slice of B that stays in cache where B does not.
+One rule, named `colparts`, of three levels: units (dense, `blocks * parts` of them: the count of
+column parts is part of the format), rows (sparse: A's row ids, sorted within a unit), columns
+(sparse). Its `m` and `n` are the decomposed function's (`shared_params`), so the computation
+needs no guard that a coordinate lies in A's shape. The converter's contract, on which
+`schedules.colparts` runs row blocks in parallel without atomics: every row of A lies in exactly
+one row block. A thread that runs a row block walks its units in order, so it reads one column
+part's slice of B at a time, a slice that can stay in cache where all of B does not.
 """
 
 from __future__ import annotations
@@ -34,9 +37,25 @@ def description(parts: int, dtype: str = "float32", idtype: str = "int32"):
     return colparts
 
 
+#: A matrix of fewer rows still takes this many row blocks (the extra ones empty), so that one
+#: choice of parameters (the tuner's: one block per thread) serves small matrices too.
+MIN_ROW_BLOCKS_BOUND = 64
+
+
+def check_row_blocks(row_blocks, m: int | None = None) -> int:
+    """`row_blocks` as an int: positive, and at most A's rows (or `MIN_ROW_BLOCKS_BOUND`) when
+    A is known, else at most `MAX_ROW_BLOCKS`."""
+    limit = max(int(m), MIN_ROW_BLOCKS_BOUND) if m is not None else MAX_ROW_BLOCKS
+    return formats.positive_int("row_blocks", row_blocks, limit, "A's rows: a row block holds one at least")
+
+
+#: The most row blocks `rules` takes for no matrix in particular.
+MAX_ROW_BLOCKS = 1 << 20
+
+
 def rules(A=None, num_col_parts: int = 2, row_blocks: int = 2, dtype: str = "float32", idtype: str = "int32"):
     num_col_parts = formats.check_num_col_parts(num_col_parts, A.shape[1] if A is not None else None)
-    row_blocks = formats.positive_int("row_blocks", row_blocks)
+    row_blocks = check_row_blocks(row_blocks, A.shape[0] if A is not None else None)
     converter = lambda M: convert(M, num_col_parts, row_blocks, dtype, idtype)  # noqa: E731
     return [
         FormatRewriteRule(
@@ -58,7 +77,7 @@ def convert(A, num_col_parts: int = 2, row_blocks: int = 2, dtype: str = "float3
     csr, it = formats.canonical(A, idtype)
     m, n = csr.shape
     num_col_parts = formats.check_num_col_parts(num_col_parts, n)
-    row_blocks = formats.positive_int("row_blocks", row_blocks)
+    row_blocks = check_row_blocks(row_blocks, m)
     rows = formats.row_ids(csr)
     part = csr.indices.astype(np.int64) // (-(-n // num_col_parts) if n else 1)
     # Row blocks of about equal weight (a row weighs its nonzeros plus one, as `split_by` does).
