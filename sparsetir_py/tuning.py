@@ -16,12 +16,15 @@ one update of C's row for four; SDDMM: four dot products in one sweep over X's r
 compiled for the one width
 (`*_fixed` schedules: the width a constant, so that LLVM sizes the vectors to it), SDDMM over
 nonzeros, BSR at each block size of `BLOCK_SIZES` whose sampled block fill is at least
-`BSR_MIN_FILL`, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+`BSR_MIN_FILL`, hyb with 1 to 8 column partitions, and SpMM where B outgrows the last-level
+cache column parts walked per row block (`format_rules.colparts`, one row block per thread, at
+`colparts_counts` parts). A cost model ranks them from the row-length
 histogram, the padding each format adds (BSR: the stored cells at the sampled fill, one column
 index per block), and the size of B against the caches (`Machine`: a B past the last-level cache
 costs a gather from memory for each row not reused while cached, `Structure.reuse_miss`). The
 best `top` are timed briefly, and with them the best of each family that could win (`plan`: CSR
-always, BSR where some fill is high, hyb where the model puts it within `REACH` of CSR), each
+always, BSR where some fill is high, hyb where the model puts it within `REACH` of CSR, column
+parts wherever B outgrows the last-level cache), each
 after one untimed call that converts and compiles, in rounds of one call each so that noise
 costs them alike (SpMM into one `out=` whose pages are touched before: the
 kernels' time, not the page faults of a new result), and the fastest measured wins: a family
@@ -488,7 +491,17 @@ def _model_colparts(s: Structure, w: int, mach: Machine, parts: int, itemsize: i
     pairs = s.row_parts(parts)
     mean = s.nnz / max(pairs, 1)
     gain = (0.8 if mean >= 8 else 1.05) * (0.8 if w >= 64 else 0.85)  # four at a time, the width compiled in
-    gather = mach.gather_s(s.nnz / mach.threads * 1.05, row, s.n * row / parts, _miss(s, mach, row, parts)) * gain
+    # Even where a slice fits the cache, each pass over a part reads the rows of the slice it
+    # touches first from memory: the first touches among the part's nonzeros in a window of as
+    # many reads as CSR's (`Machine.window`), so that the two differ by the columns each window
+    # spans, not by how the windows are counted.
+    reads = s.nnz / mach.threads * 1.05
+    if s.n * row > mach.llc_bytes:
+        first = s.reuse_miss(mach.window(row), parts, row)
+        gather = mach.gather_s(reads, row, s.n * row, first) * gain
+    else:
+        gather = mach.gather_s(reads, row, s.n * row, (0.0, 0.0)) * gain
+    # C: zeroed in a pass of its own, then read and written once per (row, part) pair.
     stream = s.nnz * (itemsize + 4) + pairs * 8 + s.m * row + 2 * pairs * row
     return gather + stream / mach.stream_bps + pairs * COLPARTS_PAIR_S / mach.threads + 8e-6
 
@@ -587,7 +600,9 @@ def plan(cands: list[Candidate], s: Structure, w: int, mach: Machine, top: int, 
     ranks it lower: CSR always; BSR where some block size has a sampled fill of at least
     `BSR_MIN_FILL` (the block product is where today's model is least sure); hyb where the model
     puts it within `REACH` of CSR (which it does where B outgrows the last-level cache and its
-    column parts keep a slice of B in cache). Sets each candidate's `why`."""
+    column parts keep a slice of B in cache); column parts (`colparts`) wherever they are
+    candidates (B outgrows the last-level cache: whether their slices stay in a cache shared with
+    other tenants is what the model knows least). Sets each candidate's `why`."""
     chosen = {id(c): f"top {top} of the model" for c in cands[:top]}
     families: dict[str, str] = {}
     best = {}
