@@ -307,7 +307,7 @@ BSR_MIN_NNZ = 1024
 REACH = 2.0
 #: Column parts (`format_rules.colparts`): at most this many, and the loop overhead of one stored
 #: (row, column part) pair (its row of C addressed, its nonzeros' bounds), per thread.
-COLPARTS_MAX = 16
+COLPARTS_MAX = 4  # 4, 8 and 16 parts on rmat-large and a 300k-row R-MAT, widths 128/512: 4 best or tied
 COLPARTS_PAIR_S = 4e-9
 
 
@@ -510,8 +510,9 @@ def colparts_counts(s: Structure, w: int, mach: Machine, itemsize: int = 4) -> l
     """The column-part count worth a candidate where B outgrows the last-level cache: the smallest
     power of two whose slice of B fits it, at most `COLPARTS_MAX` and at most one part per 2048
     columns; none where B fits. One count only: each costs a conversion and a kernel compiled
-    for the width (seconds), and on rmat-large 4, 8 and 16 parts measured within 5% of each
-    other."""
+    for the width (seconds). More parts keep a smaller slice of B in cache but read and write
+    each row of C more often (`Structure.row_parts`): on power-law graphs of 13-14 nonzeros a
+    row, 4 parts measured best or tied with 8 and 16."""
     row = w * itemsize
     if s.n * row <= mach.llc_bytes:
         return []

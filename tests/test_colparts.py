@@ -168,15 +168,13 @@ def test_column_parts_are_candidates_and_timed_exactly_where_b_outgrows_the_cach
     rank, and the family line says why. B that fits, SDDMM, CUDA, or too little work: none."""
     big = tuning.Structure.of(random_graph(3000, 40_000, 12))  # B of 19.5 MiB at width 128
     cands = tuning.candidates("spmm", big, 128, "cpu", SMALL)
-    # A slice that fits 1 MiB needs 20 parts: capped at COLPARTS_MAX (16).
-    assert [c.params for c in cands if c.format == "colparts"] == [{"num_col_parts": 16, "row_blocks": 2}]
-    # Fewer columns: at most one part per 2048 of them (40_000 columns: 16; 10_000: 4).
-    narrow = tuning.Structure.of(random_graph(3000, 10_000, 12))
-    assert [
-        c.params["num_col_parts"]
-        for c in tuning.candidates("spmm", narrow, 512, "cpu", SMALL)
-        if c.format == "colparts"
-    ] == [4]
+    # A slice that fits 1 MiB needs 20 parts: capped at COLPARTS_MAX (4).
+    assert [c.params for c in cands if c.format == "colparts"] == [{"num_col_parts": 4, "row_blocks": 2}]
+    # B just past the cache: the parts whose slice fits (2); few columns: one part per 2048 of them.
+    for n, w, parts in [(20_000, 16, [2]), (5000, 512, [2]), (4000, 512, [])]:
+        s = tuning.Structure.of(random_graph(3000, n, 12))
+        found = tuning.candidates("spmm", s, w, "cpu", SMALL, every=True)
+        assert [c.params["num_col_parts"] for c in found if c.format == "colparts"] == parts
     timed, families = tuning.plan(cands, big, 128, SMALL, top=1)
     assert any(c.format == "colparts" for c in timed)
     assert families["colparts"].startswith("timed: B (19.5 MiB) outgrows the last-level cache (1 MiB)")
