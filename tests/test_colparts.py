@@ -98,11 +98,13 @@ def test_bad_parameters_are_format_errors():
 
 @pytest.mark.parametrize("schedule", ["shipped", "plain"])
 def test_spmm_equals_scipy(schedule):
-    """The shipped schedule (x4, the width compiled in) and the plain one (`factor=None`) on cora
-    and every edge case, float32/int32 and float64/int64: two kernels each."""
+    """The shipped schedule (x4, the width compiled in) on cora and every edge case, float32/int32
+    and float64/int64 (two kernels); the plain one (`factor=None`) on the float32 ones (one)."""
     sched = None if schedule == "shipped" else schedules.colparts("cpu", PARTS, None)
     rng = np.random.default_rng(0)
     cases = {"cora": (load_matrix("cora"), 2), **CASES}
+    if schedule == "plain":
+        cases = {k: v for k, v in cases.items() if v[0].dtype == np.float32}
     for name, (A, blocks) in cases.items():
         B = rng.standard_normal((A.shape[1], WIDTH)).astype(A.dtype)
         C = sp.ops.spmm(A, B, format="colparts", num_col_parts=PARTS, row_blocks=blocks, schedule=sched)
