@@ -381,14 +381,15 @@ class Structure:
         per_thread = [ends[bounds[b[-1] + 1]] - ends[bounds[b[0]]] for b in blocks if len(b)]
         return max(1.0, float(max(per_thread) * threads / self.nnz))
 
-    def row_parts(self, parts: int) -> float:
-        """The expected number of (row, column part) pairs that hold a nonzero, when each row's
-        nonzeros fall on the `parts` column parts at random: `parts * (1 - (1 - 1/parts)**length)`
-        per row (every non-empty row for one part)."""
+    def row_parts(self, parts: int, skip: int = 0) -> float:
+        """The expected number of (row, column part) pairs that hold a nonzero, among the column
+        parts after the first `skip`, when each row's nonzeros fall on the `parts` column parts
+        at random: `(parts - skip) * (1 - (1 - 1/parts)**length)` per row (every non-empty row
+        for one part)."""
         lengths = self.lengths[self.lengths > 0].astype(np.float64)
         if parts <= 1:
-            return float(lengths.size)
-        return float((parts * -np.expm1(lengths * np.log1p(-1.0 / parts))).sum())
+            return float(lengths.size) * (1 - skip)
+        return float(((parts - skip) * -np.expm1(lengths * np.log1p(-1.0 / parts))).sum())
 
     def padded_ell(self, buckets: list[int], col_parts: int) -> float:
         """Stored slots of hyb(`col_parts`, `buckets`) over nnz, assuming each row's nonzeros
@@ -481,14 +482,14 @@ def _model_hyb(s: Structure, w: int, mach: Machine, parts: int, buckets: list[in
 
 
 def _model_colparts(s: Structure, w: int, mach: Machine, parts: int, itemsize: int = 4) -> float:
-    """Column parts walked per row block (`format_rules.colparts`, `schedules.colparts`): each
-    nonzero reads a row of its part's slice of B (`n / parts` rows, from the cache level that slice
-    fits in: `Machine.gather_s` with the misses of one part, `Structure.reuse_miss`), four nonzeros
-    at a time as CSR's `_x4_fixed`; the price is C: zeroed once, then read and written once per
-    stored (row, column part) pair (`Structure.row_parts`) instead of once per row, and each pair
-    costs a row's loop overhead."""
+    """Column parts (`format_rules.colparts`, `schedules.colparts`): each nonzero reads a row of
+    its part's slice of B (`n / parts` rows: `Machine.gather_s` with the misses of one part,
+    `Structure.reuse_miss`), four nonzeros at a time as CSR's `_x4_fixed`; the price is C: written
+    once by part 0's pass over every row, as CSR writes it, then read and written again once per
+    (row, later part) pair that holds a nonzero (`Structure.row_parts`), each pair costing a row's
+    loop overhead."""
     row = w * itemsize
-    pairs = s.row_parts(parts)
+    pairs = s.m + s.row_parts(parts, skip=1)
     mean = s.nnz / max(pairs, 1)
     gain = (0.8 if mean >= 8 else 1.05) * (0.8 if w >= 64 else 0.85)  # four at a time, the width compiled in
     # Even where a slice fits the cache, each pass over a part reads the rows of the slice it
@@ -501,8 +502,8 @@ def _model_colparts(s: Structure, w: int, mach: Machine, parts: int, itemsize: i
         gather = mach.gather_s(reads, row, s.n * row, first) * gain
     else:
         gather = mach.gather_s(reads, row, s.n * row, (0.0, 0.0)) * gain
-    # C: zeroed in a pass of its own, then read and written once per (row, part) pair.
-    stream = s.nnz * (itemsize + 4) + pairs * 8 + s.m * row + 2 * pairs * row
+    # C: written by part 0's pass, then read and written once per (row, later part) pair.
+    stream = s.nnz * (itemsize + 4) + pairs * 8 + s.m * row + 2 * (pairs - s.m) * row
     return gather + stream / mach.stream_bps + pairs * COLPARTS_PAIR_S / mach.threads + 8e-6
 
 
