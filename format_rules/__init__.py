@@ -3,8 +3,8 @@
 A rule file defines `rules(**params) -> list[sp.FormatRewriteRule]` and may define
 `convert(A, **params) -> dict` (the arguments of every new parameter, keyed by their renamed
 names, for a scipy matrix `A`). Shipped: `bsr` (`block_size`), `ell` (`buckets`), `hyb`
-(`num_col_parts`, `buckets`), `padding` (`pad_size`). `load(path)` loads a user's file as a
-module of the same protocol.
+(`num_col_parts`, `buckets`), `colparts` (`num_col_parts`, `row_blocks`), `padding`
+(`pad_size`). `load(path)` loads a user's file as a module of the same protocol.
 
 Parameters are checked before any work (`sp.FormatError` naming the parameter and the value):
 sizes (`block_size`, `pad_size`, `num_col_parts`) are positive integers, Python or numpy;
@@ -22,9 +22,9 @@ from types import ModuleType
 
 from sparsetir_py.errors import FormatError
 
-from . import bsr, ell, hyb, padding
+from . import bsr, colparts, ell, hyb, padding
 
-SHIPPED = {"bsr": bsr, "ell": ell, "hyb": hyb, "padding": padding}
+SHIPPED = {"bsr": bsr, "colparts": colparts, "ell": ell, "hyb": hyb, "padding": padding}
 
 
 def load(path) -> ModuleType:
@@ -68,4 +68,4 @@ def _load_error(path: Path, e: Exception) -> FormatError:
     return FormatError(f"{text}\n    {source}" if source else text)
 
 
-__all__ = ["SHIPPED", "bsr", "ell", "hyb", "load", "padding"]
+__all__ = ["SHIPPED", "bsr", "colparts", "ell", "hyb", "load", "padding"]

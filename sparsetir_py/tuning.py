@@ -16,12 +16,15 @@ one update of C's row for four; SDDMM: four dot products in one sweep over X's r
 compiled for the one width
 (`*_fixed` schedules: the width a constant, so that LLVM sizes the vectors to it), SDDMM over
 nonzeros, BSR at each block size of `BLOCK_SIZES` whose sampled block fill is at least
-`BSR_MIN_FILL`, hyb with 1 to 8 column partitions. A cost model ranks them from the row-length
+`BSR_MIN_FILL`, hyb with 1 to 8 column partitions, and SpMM where B outgrows the last-level
+cache column parts walked per row block (`format_rules.colparts`, one row block per thread, at
+`colparts_counts` parts). A cost model ranks them from the row-length
 histogram, the padding each format adds (BSR: the stored cells at the sampled fill, one column
 index per block), and the size of B against the caches (`Machine`: a B past the last-level cache
 costs a gather from memory for each row not reused while cached, `Structure.reuse_miss`). The
 best `top` are timed briefly, and with them the best of each family that could win (`plan`: CSR
-always, BSR where some fill is high, hyb where the model puts it within `REACH` of CSR), each
+always, BSR where some fill is high, hyb where the model puts it within `REACH` of CSR, column
+parts wherever B outgrows the last-level cache), each
 after one untimed call that converts and compiles, in rounds of one call each so that noise
 costs them alike (SpMM into one `out=` whose pages are touched before: the
 kernels' time, not the page faults of a new result), and the fastest measured wins: a family
@@ -73,7 +76,7 @@ from .runtime import timing
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
-TUNE_FORMAT = 7  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 8  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
 _MEMORY: dict[str, TuneResult] = {}
@@ -302,6 +305,10 @@ BSR_MIN_FILL = 0.7
 BSR_MIN_NNZ = 1024
 #: A family other than CSR and BSR is timed when the model puts it within this factor of CSR.
 REACH = 2.0
+#: Column parts (`format_rules.colparts`): at most this many, and the loop overhead of one stored
+#: (row, column part) pair (its row of C addressed, its nonzeros' bounds), per thread.
+COLPARTS_MAX = 4  # 4, 8 and 16 parts on rmat-large and a 300k-row R-MAT, widths 128/512: 4 best or tied
+COLPARTS_PAIR_S = 4e-9
 
 
 @dataclass
@@ -373,6 +380,16 @@ class Structure:
         blocks = np.array_split(np.arange(SPLIT_PARTS), threads)
         per_thread = [ends[bounds[b[-1] + 1]] - ends[bounds[b[0]]] for b in blocks if len(b)]
         return max(1.0, float(max(per_thread) * threads / self.nnz))
+
+    def row_parts(self, parts: int, skip: int = 0) -> float:
+        """The expected number of (row, column part) pairs that hold a nonzero, among the column
+        parts after the first `skip`, when each row's nonzeros fall on the `parts` column parts
+        at random: `(parts - skip) * (1 - (1 - 1/parts)**length)` per row (every non-empty row
+        for one part)."""
+        lengths = self.lengths[self.lengths > 0].astype(np.float64)
+        if parts <= 1:
+            return float(lengths.size) * (1 - skip)
+        return float(((parts - skip) * -np.expm1(lengths * np.log1p(-1.0 / parts))).sum())
 
     def padded_ell(self, buckets: list[int], col_parts: int) -> float:
         """Stored slots of hyb(`col_parts`, `buckets`) over nnz, assuming each row's nonzeros
@@ -464,6 +481,48 @@ def _model_hyb(s: Structure, w: int, mach: Machine, parts: int, buckets: list[in
     return gather + stream / mach.stream_bps + overhead
 
 
+def _model_colparts(s: Structure, w: int, mach: Machine, parts: int, itemsize: int = 4) -> float:
+    """Column parts (`format_rules.colparts`, `schedules.colparts`): each nonzero reads a row of
+    its part's slice of B (`n / parts` rows: `Machine.gather_s` with the misses of one part,
+    `Structure.reuse_miss`), four nonzeros at a time as CSR's `_x4_fixed`; the price is C: written
+    once by part 0's pass over every row, as CSR writes it, then read and written again once per
+    (row, later part) pair that holds a nonzero (`Structure.row_parts`), each pair costing a row's
+    loop overhead."""
+    row = w * itemsize
+    pairs = s.m + s.row_parts(parts, skip=1)
+    mean = s.nnz / max(pairs, 1)
+    gain = (0.8 if mean >= 8 else 1.05) * (0.8 if w >= 64 else 0.85)  # four at a time, the width compiled in
+    # Even where a slice fits the cache, each pass over a part reads the rows of the slice it
+    # touches first from memory: the first touches among the part's nonzeros in a window of as
+    # many reads as CSR's (`Machine.window`), so that the two differ by the columns each window
+    # spans, not by how the windows are counted.
+    reads = s.nnz / mach.threads * 1.05
+    if s.n * row > mach.llc_bytes:
+        first = s.reuse_miss(mach.window(row), parts, row)
+        gather = mach.gather_s(reads, row, s.n * row, first) * gain
+    else:
+        gather = mach.gather_s(reads, row, s.n * row, (0.0, 0.0)) * gain
+    # C: written by part 0's pass, then read and written once per (row, later part) pair.
+    stream = s.nnz * (itemsize + 4) + pairs * 8 + s.m * row + 2 * (pairs - s.m) * row
+    return gather + stream / mach.stream_bps + pairs * COLPARTS_PAIR_S / mach.threads + 8e-6
+
+
+def colparts_counts(s: Structure, w: int, mach: Machine, itemsize: int = 4) -> list[int]:
+    """The column-part count worth a candidate where B outgrows the last-level cache: the smallest
+    power of two whose slice of B fits it, at most `COLPARTS_MAX` and at most one part per 2048
+    columns; none where B fits. One count only: each costs a conversion and a kernel compiled
+    for the width (seconds). More parts keep a smaller slice of B in cache but read and write
+    each row of C more often (`Structure.row_parts`): on power-law graphs of 13-14 nonzeros a
+    row, 4 parts measured best or tied with 8 and 16."""
+    row = w * itemsize
+    if s.n * row <= mach.llc_bytes:
+        return []
+    parts = 2
+    while parts < COLPARTS_MAX and s.n * row / parts > mach.llc_bytes and s.n >= 2048 * parts * 2:
+        parts *= 2
+    return [parts] if s.n >= 2048 * parts else []
+
+
 def candidates(
     op: str, s: Structure, w: int, target: str, mach: Machine, *, every: bool = False, itemsize: int = 4
 ) -> list[Candidate]:
@@ -523,6 +582,10 @@ def candidates(
         for b in BLOCK_SIZES:
             if s.fills.get(b, 0.0) >= BSR_MIN_FILL:
                 out.append(Candidate("bsr", {"block_size": b}, None, _model_bsr(op, s, w, mach, b, itemsize)))
+    if cpu and op == "spmm" and large and s.nnz >= BSR_MIN_NNZ:
+        for parts in colparts_counts(s, w, mach, itemsize):
+            params = {"num_col_parts": parts, "row_blocks": max(1, mach.threads)}
+            out.append(Candidate("colparts", params, None, _model_colparts(s, w, mach, parts, itemsize)))
     if (large and s.nnz >= BSR_MIN_NNZ) or not cpu:
         for parts in (1, 2, 4, 8):
             if parts > 1 and (op == "sddmm" or s.n < 2048 * parts):
@@ -540,7 +603,9 @@ def plan(cands: list[Candidate], s: Structure, w: int, mach: Machine, top: int, 
     ranks it lower: CSR always; BSR where some block size has a sampled fill of at least
     `BSR_MIN_FILL` (the block product is where today's model is least sure); hyb where the model
     puts it within `REACH` of CSR (which it does where B outgrows the last-level cache and its
-    column parts keep a slice of B in cache). Sets each candidate's `why`."""
+    column parts keep a slice of B in cache); column parts (`colparts`) wherever they are
+    candidates (B outgrows the last-level cache: whether their slices stay in a cache shared with
+    other tenants is what the model knows least). Sets each candidate's `why`."""
     chosen = {id(c): f"top {top} of the model" for c in cands[:top]}
     families: dict[str, str] = {}
     best = {}
@@ -571,6 +636,16 @@ def plan(cands: list[Candidate], s: Structure, w: int, mach: Machine, top: int, 
             families["hyb"] = f"timed: {why}"
         else:
             families["hyb"] = f"not timed: the model puts it at {ratio:.1f}x CSR (more than {REACH}x); {where}"
+    row = w * itemsize
+    where = f"B ({s.n * row / 2**20:.1f} MiB) {{}} the last-level cache ({mach.llc_bytes / 2**20:.0f} MiB)"
+    if "colparts" in best and csr is not None:
+        c = best["colparts"]
+        ratio = c.predicted_s / max(csr.predicted_s, 1e-12)
+        why = f"{where.format('outgrows')}; the model puts it at {ratio:.2f}x CSR"
+        chosen.setdefault(id(c), f"the best column parts by the model: {why}")
+        families["colparts"] = f"timed: {why} (always timed where B outgrows the cache)"
+    elif csr is not None and mach.threads and s.n * row <= mach.llc_bytes:
+        families["colparts"] = f"not a candidate: {where.format('fits')}"
     for c in cands:
         c.why = chosen.get(id(c), "not timed: another of its family was")
     return [c for c in cands if id(c) in chosen], families

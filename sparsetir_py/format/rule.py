@@ -85,6 +85,11 @@ class FormatRewriteRule:
     #: `converter(A) -> {renamed parameter: argument}`: the rule file's `convert` for this rule
     #: (`sp.format.convert` uses it); None for a rule written by hand (the arrays are inferred).
     converter: Callable[..., dict] | None = None
+    #: Scalar parameters of the new format that are the decomposed function's parameters of the
+    #: same name, not renamed (`("m", "n")`: the part's rows and columns are A's, so its axes have
+    #: the very lengths of the old ones and its computation needs no guard that a coordinate lies
+    #: in the old shape). Its converter still gives them renamed, for the checks.
+    shared_params: Sequence[str] = ()
     #: True when `inv_idx_map(idx_map(p)) == p` simplifies to the identity; otherwise no small
     #: coordinate contradicts it, and `sp.format.convert` checks every matrix's coordinates.
     inverse_proven: bool = field(init=False, repr=False)
@@ -104,6 +109,15 @@ class FormatRewriteRule:
             )
         if any(isinstance(n, SparseIteration) for n in walk(new_format_desc.body)):
             raise FormatError(f"rule `{name}`: new_format_desc declares a format: axes and buffers, no iterations")
+        scalars = {p.name for p in new_format_desc.params if p.dtype != "handle"}
+        shared = _names(name, "shared_params", self.shared_params) if self.shared_params else ()
+        unknown = [p for p in shared if p not in scalars]
+        if unknown:
+            raise FormatError(
+                f"rule `{name}`: shared_params names {_listed(unknown)}, "
+                f"not scalar parameters of `{new_format_desc.name}`"
+            )
+        object.__setattr__(self, "shared_params", tuple(shared))
         if self.converter is not None and not callable(self.converter):
             raise FormatError(f"rule `{name}`: converter must be callable, got {type(self.converter).__name__}")
         fields = {

@@ -52,7 +52,7 @@ def sddmm_script(idtype: str = "int32", dtype: str = "float32") -> PrimFunc:
 
 def spgemm_script(idtype: str = "int32", dtype: str = "float32") -> PrimFunc:
     """C = A @ B with A, B and C in CSR, C's structure assembled by the kernel (`assemble=True`,
-    DESIGN.md §3f): `sp.compile` gives a kernel returning `indptr_c`, `indices_c`, `c`, `nnz_c`."""
+    docs/design.md §3f): `sp.compile` gives a kernel returning `indptr_c`, `indices_c`, `c`, `nnz_c`."""
 
     @T.prim_func
     def spgemm(a: T.handle, indptr_a: T.handle, indices_a: T.handle, b: T.handle, indptr_b: T.handle,

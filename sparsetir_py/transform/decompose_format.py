@@ -36,11 +36,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..arith import dim
 from ..arith.interval import from_affine
 from ..errors import FormatError
 from ..format.rule import FormatRewriteRule
 from ..ir import make as mk
-from ..ir.axis import AttachedAxis, Axis, FusedAxis, IterAxis, base_axis
+from ..ir.axis import DENSE_FIXED, AttachedAxis, Axis, FusedAxis, IterAxis, base_axis
 from ..ir.buffer import SparseBuffer
 from ..ir.expr import BufferLoad, PrimExpr, Var, const
 from ..ir.func import IRModule, PrimFunc
@@ -98,7 +99,20 @@ class _Part:
             taken.add(new)
             return new
 
-        self.params = {p: Var(fresh(p.name), p.dtype) for p in desc.params}
+        given = {p.name: p for p in func.params}
+        self.params = {}
+        for p in desc.params:
+            if p.name not in rule.shared_params:
+                self.params[p] = Var(fresh(p.name), p.dtype)
+                continue
+            if p.name not in given or given[p.name].dtype != p.dtype:
+                raise FormatError(
+                    f"rule `{rule.name}`: shared parameter `{p.name}` ({p.dtype}) is not a parameter of "
+                    f"`{func.name}` of that dtype"
+                )
+            self.params[p] = given[p.name]
+        #: The new parameters the function takes for this part (the shared ones it has already).
+        self.new_params = [v for p, v in self.params.items() if p.name not in rule.shared_params]
         self.axes: dict[Axis, Axis] = {}
         for a in desc.axes:  # parents come first
             self.axes[a] = a.replace(
@@ -167,7 +181,7 @@ class _Decomposition:
         axes = list(func.axes)
         buffers = list(func.buffers)
         for part in self.parts:
-            params += part.params.values()
+            params += part.new_params
             axes += part.axes.values()
             buffers += part.buffers.values()
         body = seq(*copies, body) if include_copies else body
@@ -207,8 +221,37 @@ class _Decomposition:
             # The output itself moves to each part's format (SDDMM): every part initialises and
             # computes its own copy, in place; the caller maps the parts back to the old order.
             return seq(*(self.compute_iteration(s, part, keep_init=True) for part in self.parts))
+        covering = next((p for p in self.parts if self.covers(s, p)), None) if s.init is not None else None
+        if covering is not None:
+            # One part iterates every output point once: it runs first and carries the init (an
+            # empty row initialised as lowering does it), and no init iteration of its own is needed.
+            rest = [p for p in self.parts if p is not covering]
+            first = self.compute_iteration(s, covering, keep_init=True)
+            return seq(first, *(self.compute_iteration(s, part) for part in rest))
         init = self.init_iteration(s) if s.init is not None else None
         return seq(init, *(self.compute_iteration(s, part) for part in self.parts))
+
+    def covers(self, s: SparseIteration, part: _Part) -> bool:
+        """Whether `part`'s computation visits every spatial point of `s` exactly once: each old
+        axis it rewrites that `s` iterates spatially is a dense-fixed axis whose coordinate is a
+        new dense-fixed axis of the very same length (a shared parameter: `shared_params`), and
+        every new axis is one the old coordinates depend on (no layer adding up several points)."""
+        rule = part.rule
+        kinds = {base_axis(ia): k for ia, k in zip(s.axes, s.kinds)}
+        used = set().union(*(e.dims_used() for e in rule.inv_idx_map.results))
+        if any(k not in used for k in range(len(part.after))):
+            return False
+        for name, e in zip(rule.axes_before_rewrite, rule.inv_idx_map.results):
+            old = self.axes[name]
+            if kinds.get(old) != "S":
+                continue
+            slot = next((k for k in range(len(part.after)) if e == dim(k)), None)
+            if slot is None or old.kind != DENSE_FIXED or old.parent is not None:
+                return False
+            new = part.after[slot]
+            if new.kind != DENSE_FIXED or new.parent is not None or new.length != old.length:
+                return False
+        return True
 
     def init_iteration(self, s: SparseIteration) -> SparseIteration:
         """The init of `s` once per spatial point, over its spatial axes."""

@@ -158,4 +158,4 @@ def test_load_errors(tmp_path):
 
 def test_format_rules_is_also_sp_format_rules():
     assert sp.format_rules is format_rules
-    assert set(format_rules.SHIPPED) == {"bsr", "ell", "hyb", "padding"}
+    assert set(format_rules.SHIPPED) == {"bsr", "colparts", "ell", "hyb", "padding"}

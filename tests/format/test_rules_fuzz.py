@@ -513,6 +513,8 @@ def format_parameters(draw):
         return fmt, {"pad_size": draw(SIZES)}
     if fmt == "ell":
         return fmt, {"buckets": draw(BUCKETS)}
+    if fmt == "colparts":
+        return fmt, {"num_col_parts": draw(SIZES), "row_blocks": draw(SIZES)}
     return fmt, {"num_col_parts": draw(SIZES), "buckets": draw(BUCKETS)}
 
 

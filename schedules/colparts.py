@@ -1,0 +1,94 @@
+"""The CPU schedule of `format_rules.colparts`: column part 0 as CSR, then each thread owns row
+blocks and walks the other column parts in order inside each, so the slice of B a part reads
+stays in cache, and no two threads write the same row of C (no atomics).
+
+After `lower_sparse_iter`, SpMM over the format is two nests. Part 0 (`csrmm_colpart00` over all
+rows, `csrmm_colpart01` over a row's nonzeros and the features) carries the output's init
+(`decompose_format` gives it to the part that visits every row once), so C is written once by a
+CSR pass, as CSR's own schedule writes it, and not zeroed in a pass of its own. The other parts
+are units (row block, part) numbered block-major (`csrmm_colparts0` over units, `csrmm_colparts1`
+over a unit's rows, `csrmm_colparts2` over a row's nonzeros and the features); the units' loop
+of extent `blocks * (parts - 1)` splits into row blocks (parallel) and parts (serial, in order):
+
+    for i in T.parallel(m):                   # split by nonzeros: one range of rows per thread
+        C[i, :] = 0; C[i, :] += A0[i, j] * B[col, :] ...   # column part 0, four nonzeros a time
+    for block in T.parallel(blocks):          # one thread: its rows of A, parts 1, 2, ...
+        for part in T.serial(parts - 1):      # B's columns [(part + 1) * w, (part + 2) * w)
+            for row in T.serial(rows of (block, part)):
+                for j, k in ...:              # four nonzeros a time, the features vectorised
+                    C[row, k] += A[...] * B[col, k]
+
+Each row of A lies in exactly one row block (the converter's contract), so the parallel loop's
+iterations write disjoint rows of C: annotated `disjoint_writes`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from sparsetir_py.errors import TargetError
+from sparsetir_py.schedule import Schedule
+
+from .common import fixed_width
+
+
+def colparts_cpu(sch: Schedule, parts: int, factor: int | None = 4) -> None:
+    """SpMM over `format_rules.colparts` of `parts` column parts (see the module docstring): part
+    0 as `csr_cpu_rows_split_x4` (rows split by nonzeros, each row zeroed once then accumulated,
+    `factor` nonzeros at a time), then row blocks in parallel with the other parts in order
+    inside (`factor` nonzeros at a time; None: one at a time)."""
+    head = sch.get_block("csrmm_colpart01")
+    (i,) = sch.get_loops(sch.get_block("csrmm_colpart00"))
+    j, k = sch.get_loops(head)
+    sch.decompose_reduction(head, j)
+    sch.parallel(i)
+    sch.annotate(i, "split_by", "J_colpart0_indptr")
+    if factor is not None:
+        _by_factor(sch, j, k, factor)
+    if parts == 1:
+        return
+    units = sch.get_block("csrmm_colparts0")
+    (o,) = sch.get_loops(units)
+    blocks, _ = sch.split(o, [None, parts - 1])
+    # Each row of A lies in one row block (the converter's contract): the blocks write disjoint
+    # rows of C, so the loop over them may run in parallel without atomics.
+    sch.annotate(units, "disjoint_writes", True)
+    sch.parallel(blocks)
+    if factor is not None:
+        j, k = sch.get_loops(sch.get_block("csrmm_colparts2"))
+        _by_factor(sch, j, k, factor)
+
+
+def _by_factor(sch: Schedule, j, k, factor: int) -> None:
+    """A row's nonzeros `factor` at a time: one update of C's row per `factor` products."""
+    j_outer, j_inner = sch.split(j, [None, factor])
+    sch.reorder(j_outer, k, j_inner)
+    sch.tensorize(j_inner, f"dot_{factor}", "cpu")
+
+
+@functools.cache
+def colparts(target: str, parts: int, factor: int | None = 4):
+    """`colparts_cpu` for `parts` column parts, compiled for one feature width (`fixed_width`), as
+    a schedule function (one object per arguments, so `sp.ops` caches one kernel per width).
+
+        sp.ops.spmm(A, B, format="colparts", num_col_parts=4, row_blocks=2,
+                    schedule=schedules.colparts.colparts("cpu", 4))
+    """
+    if target != "cpu":
+        raise TargetError(f"schedules.colparts: no schedule for target {target!r} (the CPU only)")
+
+    def schedule(sch: Schedule) -> None:
+        colparts_cpu(sch, parts, factor)
+
+    suffix = "" if factor == 4 else f"_x{factor}" if factor else "_x1"
+    schedule.__name__ = schedule.__qualname__ = f"colparts_cpu_p{parts}{suffix}"
+    schedule.__doc__ = colparts_cpu.__doc__
+    return fixed_width(schedule)
+
+
+def default(op: str, target: str, num_col_parts: int = 2, **params):
+    """The schedule `sp.ops` gives `format="colparts"`: `colparts` for SpMM on the CPU; None
+    elsewhere (then the schedule of any decomposition, `schedules.common.parts`)."""
+    if op != "spmm" or target != "cpu":
+        return None
+    return colparts(target, int(num_col_parts))
