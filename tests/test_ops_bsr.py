@@ -21,7 +21,7 @@ import scipy.sparse
 
 import format_rules
 import sparsetir_py as sp
-from schedules.bsr import WHOLE_BLOCK
+from schedules.bsr import TILE, WHOLE_BLOCK
 from sparsetir_py.operands import as_csr
 from sparsetir_py.ops import parts
 from sparsetir_py.ops.kernels import KERNELS
@@ -99,7 +99,9 @@ def test_bsr_kernel_is_the_block_product_without_guards():
         assert sources
         source = sources[-1]
         assert "m_bsr" in source and " < m " not in source and " < n:" not in source  # no padding guard
-        assert source.count('# block "csrmm_bsr1') == cells
+        # The cells twice: in the full feature tiles (no guard) and in the last, partial one.
+        assert source.count('# block "csrmm_bsr1') == 2 * cells
+        assert source.count(f"for k_1_inner in range({TILE}):") == 1
 
 
 def test_bsr_inf_in_b():

@@ -14,6 +14,7 @@ of B its padding cells read (`padding_rows`: only those are checked for inf/NaN)
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -23,8 +24,10 @@ from ..errors import FormatError, InputError
 from ..format import FormatRewriteRule, decompose, parameter_names, rules_of
 from ..operands import StructureCache
 from ..runtime.kernel import Kernel
+from . import slots
 from .kernels import KernelKey, compiled, fixed_width, resolve_schedule
 from .scripts import SCRIPTS
+from .slots import gather
 
 #: A format of more parts than this compiles only the parts that store a nonzero of A.
 PRUNE_PARTS_OVER = 8
@@ -44,18 +47,18 @@ class Conversion:
     nnz: int = 0  #: A's nonzeros
     checked: set = field(default_factory=set)  #: the kernels that have checked `structure` once
     padded_reads: dict = field(default_factory=dict)  #: block size -> `padding_rows`, once per conversion
+    _scratch: dict = field(default_factory=dict, repr=False)  #: (thread, name, dtype) -> `scratch` buffer
 
     def values(self, data: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
-        """Each part's values gathered from A's (0 where the part pads): one `np.take` of A's values
-        into one new buffer by the slot index computed once (`_slots`), the padding slots zeroed,
-        each part's values a view of its range of that buffer. (An index into `[0, *A.data]` built
-        every call cost 2.3 ms on bcsstk16, the take 0.2-0.4 ms.)"""
-        data = np.asarray(data, dtype=dtype)
-        index, padding = self._slots
-        flat = np.empty(len(index), dtype)
+        """Each part's values gathered from A's (0 where the part pads): one pass into one new
+        buffer by the slot index computed once (`slot_index`, -1 for padding; `slots.gather`),
+        each part's values a view of its range of that buffer. (An index into `[0, *A.data]`
+        built every call cost 2.3 ms on bcsstk16; `np.take` by an `np.intp` index then zeroing
+        the padding 0.2-0.4 ms there and 12 ms on blocks-b8's 5.8M slots.)"""
+        data = np.ascontiguousarray(data, dtype=dtype)
+        flat = self.scratch("values", self.slots, dtype)
         if len(data):
-            np.take(data, index, out=flat, mode="clip")
-            flat[padding] = 0
+            gather(data, self.slot_index, flat)
         else:
             flat.fill(0)
         return self._views(flat)
@@ -63,9 +66,20 @@ class Conversion:
     def outputs(self, dtype: np.dtype) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """An SDDMM's output buffers (`c_<rule>` for each value argument `a_<rule>`) as views of one
         flat buffer with one slot more, which stays 0, and that buffer (for `stored_values`)."""
-        flat = np.empty(self.slots + 1, dtype)
+        flat = self.scratch("outputs", self.slots + 1, dtype)
         flat[-1] = 0
         return flat, self.output_views(flat)
+
+    def scratch(self, name: str, size: int, dtype: np.dtype) -> np.ndarray:
+        """A buffer of `size` elements kept for the next call of this thread with this structure:
+        the parts' values and outputs live only during a call, and a new buffer of their size
+        costs its page faults on every call (blocks-b8, 5.8M float32 slots: 3-6 ms of CPU time, a
+        third of the kernel at width 32). One per thread, so concurrent calls never share one."""
+        key = (threading.get_ident(), name, np.dtype(dtype))
+        flat = self._scratch.get(key)
+        if flat is None or flat.size != size:
+            flat = self._scratch[key] = np.empty(size, dtype)
+        return flat
 
     def output_views(self, flat):
         """The parts' SDDMM outputs (`c_<rule>`) as views of `flat` (host or device), slot by slot."""
@@ -74,12 +88,14 @@ class Conversion:
     @property
     def slots(self) -> int:
         """How many value slots the parts hold, padding included."""
-        return len(self._slots[0])
+        return len(self.slot_index)
 
     def stored_values(self, flat: np.ndarray) -> np.ndarray:
-        """The values of A's nonzeros, in A's order, from `outputs`' flat buffer: one `np.take` by
+        """The values of A's nonzeros, in A's order, from `outputs`' flat buffer: one gather by
         the slot of each nonzero (computed once; the extra 0 slot for a nonzero no part holds)."""
-        return np.take(flat, self.stored_slots, mode="clip")
+        if not isinstance(flat, np.ndarray):
+            return np.take(flat, self.stored_slots, mode="clip")
+        return gather(flat, self._stored_index, np.empty(self.nnz, flat.dtype))
 
     def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         views, start = {}, 0
@@ -89,12 +105,17 @@ class Conversion:
         return views
 
     @cached_property
-    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """(position in A.data of every slot of the parts, in order, 0 for padding; the padding
-        slots), as `np.intp` (`np.take` converts any other index dtype on every call)."""
+    def slot_index(self) -> np.ndarray:
+        """The position in A.data of every slot of the parts, in order, -1 for padding, in the
+        smallest of int32/int64 that holds A's positions (for `slots.gather`)."""
         where = [w.reshape(-1) for w in self.gathers.values()]
         where = np.concatenate(where) if where else np.zeros(0, np.int64)
-        return np.maximum(where - 1, 0).astype(np.intp), np.flatnonzero(where == 0).astype(np.intp)
+        return (where - 1).astype(_index_dtype(self.nnz))
+
+    @cached_property
+    def _stored_index(self) -> np.ndarray:
+        """`stored_slots` in the smallest index dtype that holds it (for `slots.gather`)."""
+        return self.stored_slots.astype(_index_dtype(self.slots + 1))
 
     @cached_property
     def unheld(self) -> bool:
@@ -327,13 +348,20 @@ def padding_is_exact(conversion: Conversion, pad: tuple[dict, int] | None, B: np
     if not conversion.pads:
         return True
     rows = padding_rows(conversion, pad[1], B.shape[0]) if pad is not None else None
-    if rows is None or 2 * len(rows) > B.shape[0]:
+    if rows is None or 2 * len(rows) > B.shape[0] or not B.flags.c_contiguous:
         return all_finite(B)
-    return all_finite(B[rows])
+    return slots.rows_finite(B, rows)
+
+
+def _index_dtype(limit: int) -> type:
+    return np.int32 if limit < 2**31 - 1 else np.int64
 
 
 def all_finite(X: np.ndarray) -> bool:
-    """Whether every entry of `X` is finite, in chunks of `FINITE_CHUNK` (no temporary of X's
-    size); stops at the first chunk that holds an inf or a NaN."""
+    """Whether every entry of `X` is finite: `slots.all_finite` on a C-contiguous array, else in
+    chunks of `FINITE_CHUNK` (no temporary of X's size), stopping at the first that holds an inf
+    or a NaN."""
+    if X.flags.c_contiguous:
+        return slots.all_finite(X)
     flat = X.reshape(-1)
     return all(np.isfinite(flat[i : i + FINITE_CHUNK]).all() for i in range(0, len(flat), FINITE_CHUNK))
