@@ -174,6 +174,10 @@ def test_values_and_results_round_trip(format, params):
             np.testing.assert_array_equal(values[name], expected)
             outputs["c" + name[1:]][...] = values[name]
         np.testing.assert_array_equal(conversion.stored_values(flat), data)
+        # An SDDMM on `ones` (1 where a slot holds a nonzero) scaled by A's values on the way back.
+        for name, where in conversion.ones(dtype).items():
+            np.testing.assert_array_equal(where, (conversion.gathers[name] > 0).astype(dtype))
+        np.testing.assert_array_equal(conversion.scaled_values(flat, 2 * data), 2 * data * data)
 
 
 @pytest.mark.parametrize("bad", [0, -2, 2.5])
@@ -181,3 +185,21 @@ def test_bsr_bad_block_size(bad):
     A = block_matrix(2)
     with pytest.raises(sp.SparseTIRError, match="block_size"):
         sp.ops.spmm(A, np.ones((A.shape[1], 2), np.float32), format="bsr", block_size=bad)
+
+
+def test_bsr_sddmm_applies_the_values_of_a_after_the_products():
+    """BSR's SDDMM computes the dot products on a mask of ones and multiplies by A's values on
+    the way back: inf and NaN values of A give what `A.multiply` gives (inf * 0 is NaN), new
+    values of the same structure are used, and padding never reaches the result."""
+    A = block_matrix(2, seed=4, idtype=np.int64, dtype=np.float64)
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((A.shape[0], 4))
+    Y = rng.standard_normal((A.shape[1], 4))
+    X[A.indptr.searchsorted(0, side="right") - 1] = 0  # the first stored row: its products are 0
+    for data in (A.data, np.where(np.arange(A.nnz) % 5 == 0, np.inf, A.data), np.full(A.nnz, np.nan)):
+        A.data = data.copy()
+        S = sp.ops.sddmm(A, X, Y, format="bsr", block_size=2)
+        with np.errstate(invalid="ignore"):
+            expected = A.multiply(X @ Y.T).tocsr()
+        np.testing.assert_allclose(S.data, expected.data, rtol=1e-10, atol=1e-10)  # NaN where scipy has NaN
+        assert np.isnan(S.data).any() == np.isnan(expected.data).any()

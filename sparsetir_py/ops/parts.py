@@ -48,6 +48,7 @@ class Conversion:
     checked: set = field(default_factory=set)  #: the kernels that have checked `structure` once
     padded_reads: dict = field(default_factory=dict)  #: block size -> `padding_rows`, once per conversion
     _scratch: dict = field(default_factory=dict, repr=False)  #: (thread, name, dtype) -> `scratch` buffer
+    _ones: dict = field(default_factory=dict, repr=False)  #: dtype -> `ones`' flat buffer
 
     def values(self, data: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
         """Each part's values gathered from A's (0 where the part pads): one pass into one new
@@ -96,6 +97,23 @@ class Conversion:
         if not isinstance(flat, np.ndarray):
             return np.take(flat, self.stored_slots, mode="clip")
         return gather(flat, self._stored_index, np.empty(self.nnz, flat.dtype))
+
+    def ones(self, dtype: np.dtype) -> dict[str, np.ndarray]:
+        """The parts' values of a matrix of ones with A's structure (0 where a part pads), made
+        once per dtype: an SDDMM run on them computes each slot's dot product alone, and
+        `scaled_values` applies A's values on the way back to A's order, so a call gathers no
+        values (bcsstk16 in BSR 3 x 3: 0.24-0.4 ms a call, a third of the kernel at width 32)."""
+        dtype = np.dtype(dtype)
+        flat = self._ones.get(dtype)
+        if flat is None:
+            flat = self._ones[dtype] = (self.slot_index >= 0).astype(dtype)
+        return self._views(flat)
+
+    def scaled_values(self, flat: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """`stored_values` times A's values: the SDDMM of A from the one of `ones` (`outputs`'
+        flat buffer), in one pass (`slots.scaled`); a nonzero no part holds gets 0."""
+        data = np.ascontiguousarray(data, dtype=flat.dtype)
+        return slots.scaled(data, flat, self._stored_index, np.empty(self.nnz, flat.dtype))
 
     def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         views, start = {}, 0

@@ -64,3 +64,20 @@ def _all_finite(flat):
 def all_finite(X: np.ndarray) -> bool:
     """Whether every entry of the C-contiguous array `X` is finite."""
     return bool(_all_finite(X.reshape(-1)))
+
+
+@numba.njit(**_FLAGS)
+def _scaled(data, flat, index, out):
+    held = flat.size - 1  # the last slot of `flat` is the extra one of a nonzero no part holds
+    zero = out.dtype.type(0)
+    for t in range(index.size):
+        s = index[t]
+        out[t] = data[t] * flat[s] if s < held else zero
+
+
+def scaled(data: np.ndarray, flat: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`out[t] = data[t] * flat[index[t]]`, 0 where `index[t]` is `flat`'s last (extra) slot:
+    an SDDMM computed on a mask of ones, A's values applied while its results come back in A's
+    order (`parts.Conversion.scaled_values`). Returns `out`."""
+    _scaled(data, flat, index, out)
+    return out
