@@ -203,3 +203,34 @@ def test_bsr_sddmm_applies_the_values_of_a_after_the_products():
             expected = A.multiply(X @ Y.T).tocsr()
         np.testing.assert_allclose(S.data, expected.data, rtol=1e-10, atol=1e-10)  # NaN where scipy has NaN
         assert np.isnan(S.data).any() == np.isnan(expected.data).any()
+
+
+def test_bsr_values_changed_in_place_are_gathered_again():
+    """A call whose values equal, byte for byte, the last call's (same thread, same structure)
+    reuses the gathered parts' values; any change, in place included, gathers again."""
+    A = block_matrix(2, seed=6, idtype=np.int64, dtype=np.float64)
+    B = np.random.default_rng(9).standard_normal((A.shape[1], 3))
+    np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+    for change in (lambda d: d.__imul__(2), lambda d: d.__setitem__(-1, -d[-1]), lambda d: d.__setitem__(0, np.nan)):
+        change(A.data)  # in place: the same array object as the last call's
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+    data = A.data.copy()
+    A.data[0] = -0.0  # from NaN to -0.0 (bytes differ from +0.0 too)
+    np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+    A.data = data  # back to the NaN: a new array, the same bytes as two calls ago
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+
+
+def test_same_compares_bytes():
+    from sparsetir_py.ops.slots import SAME_CHUNK, same
+
+    a = np.arange(2 * SAME_CHUNK + 5, dtype=np.float32)
+    assert same(a, a.copy()) and not same(a, a[:-1].copy()) and not same(a, a.astype(np.float64))
+    for at in (0, SAME_CHUNK, a.size - 1):
+        b = a.copy()
+        b[at] = np.nextafter(b[at], np.inf)
+        assert not same(a, b)
+    n = np.array([np.nan, 0.0])
+    assert same(n, n.copy()) and not same(n, np.array([np.nan, -0.0]))

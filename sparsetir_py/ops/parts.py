@@ -49,19 +49,29 @@ class Conversion:
     padded_reads: dict = field(default_factory=dict)  #: block size -> `padding_rows`, once per conversion
     _scratch: dict = field(default_factory=dict, repr=False)  #: (thread, name, dtype) -> `scratch` buffer
     _ones: dict = field(default_factory=dict, repr=False)  #: dtype -> `ones`' flat buffer
+    #: (thread, dtype) -> (a copy of A's values, the `scratch` buffer they were gathered into)
+    _last_values: dict = field(default_factory=dict, repr=False)
 
     def values(self, data: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
-        """Each part's values gathered from A's (0 where the part pads): one pass into one new
-        buffer by the slot index computed once (`slot_index`, -1 for padding; `slots.gather`),
-        each part's values a view of its range of that buffer. (An index into `[0, *A.data]`
-        built every call cost 2.3 ms on bcsstk16; `np.take` by an `np.intp` index then zeroing
-        the padding 0.2-0.4 ms there and 12 ms on blocks-b8's 5.8M slots.)"""
-        data = np.ascontiguousarray(data, dtype=dtype)
+        """Each part's values gathered from A's (0 where the part pads), each part's values a view
+        of its range of one buffer: one pass by the slot index computed once (`slot_index`, -1
+        for padding; `slots.gather`), unless A's values are, byte for byte, those of this
+        thread's last call with this structure (`slots.same` against a copy kept then: reading
+        both costs less than the gather), whose buffer is then reused. (An index into
+        `[0, *A.data]` built every call cost 2.3 ms on bcsstk16; `np.take` by an `np.intp` index
+        then zeroing the padding 0.2-0.4 ms there, 12 ms on blocks-b8's 5.8M slots.) The buffer
+        is this thread's (`scratch`): concurrent calls never share one."""
+        data = np.ascontiguousarray(data, dtype=dtype).reshape(-1)
+        key = (threading.get_ident(), np.dtype(dtype))
+        last = self._last_values.get(key)
         flat = self.scratch("values", self.slots, dtype)
+        if last is not None and last[1] is flat and slots.same(last[0], data):
+            return self._views(flat)
         if len(data):
             gather(data, self.slot_index, flat)
         else:
             flat.fill(0)
+        self._last_values[key] = (data.copy(), flat)
         return self._views(flat)
 
     def outputs(self, dtype: np.dtype) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -81,3 +81,18 @@ def scaled(data: np.ndarray, flat: np.ndarray, index: np.ndarray, out: np.ndarra
     order (`parts.Conversion.scaled_values`). Returns `out`."""
     _scaled(data, flat, index, out)
     return out
+
+
+#: Elements per chunk of `same` (a temporary of this many booleans, not of the arrays' size).
+SAME_CHUNK = 1 << 16
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the 1-D contiguous arrays `a` and `b` hold the same bytes (NaNs compare by bits),
+    in chunks that stop at the first difference. (numpy's vectorised compare: 0.1 ms on 290k
+    float32 where a Numba loop with an early exit ran at scalar speed, 0.27 ms.)"""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    view = {4: np.uint32, 8: np.uint64}.get(a.dtype.itemsize, np.uint8)
+    a, b = a.view(view), b.view(view)
+    return all(np.array_equal(a[c : c + SAME_CHUNK], b[c : c + SAME_CHUNK]) for c in range(0, a.size, SAME_CHUNK))
