@@ -79,6 +79,8 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
         jo, ii, ji, k = sch.get_loops(sch.get_block(inner))
         whole = _extent(sch, ii) <= WHOLE_BLOCK
         width = sch.loop_extent(k)
+        if tile == TILE and _values_dtype(sch) == "float64":
+            tile = TILE // 2  # the same bytes: b rows of 16 float64 in the registers
         if width is None or width > tile:
             k_outer, k = sch.split(k, [None, tile])
             sch.reorder(*((k_outer, jo, k, ii, ji) if whole else (k_outer, ii, jo, k, ji)))
@@ -106,6 +108,11 @@ def bsr_cpu_sddmm(sch: Schedule) -> None:
         sch.unroll(ji)
         for loop in sch.get_loops(init)[-2 if whole else -1 :]:
             sch.unroll(loop)
+
+
+def _values_dtype(sch: Schedule) -> str | None:
+    """The dtype of the function's output `C` (None if it has none)."""
+    return next((b.dtype for b in sch.func.buffer_map.values() if b.name == "C"), None)
 
 
 def _extent(sch: Schedule, loop: LoopRV) -> int:

@@ -94,14 +94,15 @@ def test_bsr_kernel_is_the_block_product_without_guards():
     A = block_matrix(2, idtype=np.int64, dtype=np.float64)
     sp.ops.spmm(A, np.ones((A.shape[1], 8)), format="bsr", block_size=2)
     sp.ops.spmm(block_matrix(5), np.ones((53, 8), np.float32), format="bsr", block_size=5)
-    for b, cells in ((2, 4), (5, 5)):  # the whole block unrolled; one row of the block (its b cells)
+    # The whole block unrolled (float64: tiles of TILE // 2); one row of the block (its b cells).
+    for b, cells, tile in ((2, 4, TILE // 2), (5, 5, TILE)):
         sources = [k.source for key, k in KERNELS.items() if key.op == "spmm" and f"block_size', {b})" in key.format]
         assert sources
         source = sources[-1]
         assert "m_bsr" in source and " < m " not in source and " < n:" not in source  # no padding guard
         # The cells twice: in the full feature tiles (no guard) and in the last, partial one.
         assert source.count('# block "csrmm_bsr1') == 2 * cells
-        assert source.count(f"for k_1_inner in range({TILE}):") == 1
+        assert source.count(f"for k_1_inner in range({tile}):") == 1
 
 
 def test_bsr_inf_in_b():
