@@ -2,15 +2,17 @@
 
     conversion = converted(module, csr, params, "float32", "int32")    # once per structure of A
     kernel = parts_kernel("spmm", module, params, conversion, ...)    # once per format and dtypes
-    values = conversion.values(csr.data, dtype)                        # every call: one np.take
+    values = conversion.values(csr.data, dtype)                        # every call: one gather
 
 The conversion is `sp.format.decompose` on A's structure: it numbers A's nonzeros 1..nnz, so
 each value slot of a part names the nonzero it holds (`Part.gathers`), and new values of A are
-one gather for all parts, with no conversion again. What every call does besides the kernel is
-computed once per conversion: the slot index of that gather, the slot of each nonzero that maps
-an SDDMM's results back to A's order (`stored_values`), and for a format of b x b blocks the rows
-of B its padding cells read (`padding_rows`: only those are checked for inf/NaN).
-"""
+one gather for all parts (`slots.gather`), with no conversion again; values equal, byte for byte,
+to the same thread's last call's reuse that call's gather (`slots.same`). What every call does
+besides the kernel is computed once per conversion: the slot index of that gather, the slot of
+each nonzero that maps an SDDMM's results back to A's order (`stored_values`), and for a format
+of b x b blocks the rows of B its padding cells read (`padding_rows`: only those are checked for
+inf/NaN). BSR's SDDMM gathers nothing: its kernel runs on a mask of ones (`ones`) and A's values
+are applied on the way back (`scaled_values`)."""
 
 from __future__ import annotations
 
