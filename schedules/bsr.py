@@ -76,7 +76,8 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
             sch.parallel(nest.spatial[0])
     for outer, inner in _parts(sch):
         _block_rows(sch, outer)
-        jo, ii, ji, k = sch.get_loops(sch.get_block(inner))
+        block = sch.get_block(inner)
+        jo, ii, ji, k = sch.get_loops(block)
         whole = _extent(sch, ii) <= WHOLE_BLOCK
         width = sch.loop_extent(k)
         if tile == TILE and _values_dtype(sch) == "float64":
@@ -86,9 +87,12 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
             sch.reorder(*((k_outer, jo, k, ii, ji) if whole else (k_outer, ii, jo, k, ji)))
         else:
             sch.reorder(*((jo, k, ii, ji) if whole else (ii, jo, k, ji)))
+        init = sch.decompose_reduction(block, jo) if _has_init(sch, inner) else None
         if whole:
             sch.unroll(ii)
         sch.unroll(ji)
+        if init is not None and whole:
+            sch.unroll(sch.get_loops(init)[-1])  # the tile's b rows, as the sum's
 
 
 def bsr_cpu_sddmm(sch: Schedule) -> None:
@@ -108,6 +112,11 @@ def bsr_cpu_sddmm(sch: Schedule) -> None:
         sch.unroll(ji)
         for loop in sch.get_loops(init)[-2 if whole else -1 :]:
             sch.unroll(loop)
+
+
+def _has_init(sch: Schedule, block: str) -> bool:
+    """Whether the cell block zeroes C itself (`fold_block_init`) rather than an `_init0` nest."""
+    return not any(n.blocks and n.blocks[0].endswith("_init0") for n in top_level_nests(sch.func))
 
 
 def _values_dtype(sch: Schedule) -> str | None:

@@ -318,7 +318,7 @@ def parts_kernel(
     SDDMM's output `C` moves to the parts' formats too. A format with `padded_shape` (BSR) is
     built on the padded shape (`padding`)."""
     from ..transform import decompose_format, remove_preprocess
-    from ..transform.pad_shape import pad_shape
+    from ..transform.pad_shape import fold_block_init, pad_shape
 
     pad = padding(module, params, target)
     if schedule is None:
@@ -333,7 +333,11 @@ def parts_kernel(
     def make():
         parts = rules if op == "spmm" else [r.with_buffer("C", like="A") for r in rules]
         mod = remove_preprocess(decompose_format(SCRIPTS[op](idtype, dtype), parts))
-        return mod if pad is None else pad_shape(mod, *pad)
+        if pad is None:
+            return mod
+        mod = pad_shape(mod, *pad)
+        # SpMM: C zeroed per block row where the row is summed (`fold_block_init`), not in a pass of its own.
+        return fold_block_init(mod, pad[1]) if op == "spmm" else mod
 
     return compiled(key, make)
 
