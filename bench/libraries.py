@@ -40,6 +40,7 @@ class Prepared:
     tune_s: float | None = None  # seconds `sp.tune` searched (ours, format "auto"; 0 when cached)
     chosen: str | None = None  # the configuration `sp.tune` chose (format "auto")
     col_parts: int = 1  # column partitions of the format that runs (the roofline's reuse)
+    traffic: dict | None = None  # the format's traffic model (`measure.Traffic` fields; None: CSR's)
 
 
 class StructureMismatch(ValueError):
@@ -129,10 +130,12 @@ class Ours(Library):
             module.convert(A, **{k: v for k, v in params.items()})
             convert_s = time.perf_counter() - t0
         parts = int(params.get("num_col_parts", 1)) if format == "hyb" else 1
+        traffic = None if format == "csr" else format_traffic(op, A, fmt, params, format == "bsr")
+        facts = dict(convert_s=convert_s, tune_s=tune_s, chosen=chosen, col_parts=parts, traffic=traffic)
         if op == "spmm":
             B = operands["B"]
             call = lambda: sp.ops.spmm(A, B, format=fmt, target="cpu", schedule=schedule, **params)  # noqa: E731
-            return Prepared(call, np.asarray, convert_s=convert_s, tune_s=tune_s, chosen=chosen, col_parts=parts)
+            return Prepared(call, np.asarray, **facts)
         X, Y = operands["X"], operands["Y"]
 
         def extract(S):
@@ -140,7 +143,31 @@ class Ours(Library):
             return S.data
 
         call = lambda: sp.ops.sddmm(A, X, Y, format=fmt, target="cpu", schedule=schedule, **params)  # noqa: E731
-        return Prepared(call, extract, convert_s=convert_s, tune_s=tune_s, chosen=chosen, col_parts=parts)
+        return Prepared(call, extract, **facts)
+
+
+def format_traffic(op: str, A, module, params: dict, blocks: bool) -> dict:
+    """The traffic model (`measure.Traffic`) of A in a decomposed format: its parts' slots
+    (padding included) and rows, from `sp.format.decompose` (outside any timed call). `blocks`:
+    the format stores `block_size` x `block_size` blocks (BSR; its parts span whole block rows)."""
+    import dataclasses
+
+    import sparsetir_py as sp
+
+    from .measure import Traffic
+
+    d = sp.format.decompose(A, module, **params)
+    b = int(params.get("block_size", 1)) if blocks else 1
+    if b > 1:  # one BSR part over every block row
+        parts = [(p.slots, -(-A.shape[0] // b) * b) for p in d.parts]
+        return dataclasses.asdict(Traffic.of_parts(op, parts, b))
+    written = np.zeros(A.shape[0], bool)
+    parts = []
+    for p in d.parts:
+        mine = np.diff(p.matrix.indptr) > 0
+        parts.append((p.slots, int(mine.sum()), int((mine & written).sum())))
+        written |= mine
+    return dataclasses.asdict(Traffic.of_parts(op, parts))
 
 
 class OursCUDA(Library):

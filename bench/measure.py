@@ -194,6 +194,64 @@ def timing() -> ModuleType:
 
 
 # -------------------------------------------------------------------- bandwidth model
+@dataclass(frozen=True)
+class Traffic:
+    """What one call reads and writes, in elements (bytes come from `bytes`): the traffic model
+    of one storage format of A.
+
+    `values`: value slots of A read (padding included); `indices`: index entries read (a column
+    per slot, or per block in BSR, and the row pointers); `gathers`: rows of the gathered dense
+    operand read (B in SpMM, Y in SDDMM: one per slot, or `b` per b x b block); `row_reads`: rows
+    of the other dense operand read (X in SDDMM); `row_writes`: rows of C written in SpMM (a part
+    that adds into rows another part wrote reads them too: counted twice); `outputs`: values
+    written (SDDMM: one per slot).
+    """
+
+    values: int
+    indices: int
+    gathers: int
+    row_reads: int
+    row_writes: int
+    outputs: int
+
+    def bytes(self, width: int, index_bytes: int = 4, value_bytes: int = 4, gathered: int | None = None) -> int:
+        """Bytes moved at `width` features; `gathered` replaces the gathered rows (reuse)."""
+        rows = self.gathers if gathered is None else gathered
+        dense = (rows + self.row_reads + self.row_writes) * width * value_bytes
+        return (self.values + self.outputs) * value_bytes + self.indices * index_bytes + dense
+
+    @classmethod
+    def csr(cls, op: str, m: int, nnz: int) -> Traffic:
+        """CSR: each nonzero's value and column, the row pointers, a row of B (or Y) per nonzero;
+        SpMM writes each row of C once, SDDMM reads each row of X once and writes a value per nonzero."""
+        if op == "spmm":
+            return cls(nnz, nnz + m + 1, nnz, 0, m, 0)
+        if op == "sddmm":
+            return cls(nnz, nnz + m + 1, nnz, m, 0, nnz)
+        raise ValueError(f"in `Traffic.csr`: expected op 'spmm' or 'sddmm', but got {op!r}")
+
+    @classmethod
+    def of_parts(cls, op: str, parts: Iterable[tuple[int, ...]], block_size: int = 1) -> Traffic:
+        """A decomposed format from its parts' `(slots, rows[, shared])` (`sp.format.decompose(...)
+        .parts`: `Part.slots`, the rows the part stores, and how many of them an earlier part
+        wrote: SpMM reads those rows of C back). With `block_size` b > 1 each part is BSR: a
+        column index and b gathered rows per b x b block, `rows` counted in block rows of b rows.
+        Otherwise (ELL, hyb buckets, CSR parts) every slot reads an index and a gathered row, the
+        padding's included: what padding costs."""
+        if op not in ("spmm", "sddmm"):
+            raise ValueError(f"in `Traffic.of_parts`: expected op 'spmm' or 'sddmm', but got {op!r}")
+        values = indices = gathers = reads = writes = outputs = 0
+        for slots, rows, *shared in parts:
+            units = slots // (block_size * block_size)  # blocks (or slots when block_size is 1)
+            values += slots
+            indices += units + rows // block_size + 1
+            gathers += units * block_size
+            outputs += slots if op == "sddmm" else 0
+            reads += rows if op == "sddmm" else 0
+            writes += rows + sum(shared) if op == "spmm" else 0
+        return cls(values, indices, gathers, reads, writes, outputs)
+
+
 def bytes_moved(op: str, m: int, n: int, nnz: int, width: int, index_bytes: int = 4, value_bytes: int = 4) -> int:
     """Bytes a kernel moves in the benchmark's traffic model (no cache reuse of gathered rows).
 
@@ -203,15 +261,9 @@ def bytes_moved(op: str, m: int, n: int, nnz: int, width: int, index_bytes: int 
       per nonzero; one output value per nonzero: `nnz*(v+i) + (m+1)*i + m*w*v + nnz*w*v + nnz*v`.
 
     The gathers dominate. Caches can serve repeated rows, so the achieved rate in this model may
-    exceed the STREAM rate on graphs whose dense operand fits in cache.
+    exceed the STREAM rate on graphs whose dense operand fits in cache. (`Traffic.csr`.)
     """
-    structure = nnz * (value_bytes + index_bytes) + (m + 1) * index_bytes
-    gathered = nnz * width * value_bytes
-    if op == "spmm":
-        return structure + gathered + m * width * value_bytes
-    if op == "sddmm":
-        return structure + m * width * value_bytes + gathered + nnz * value_bytes
-    raise ValueError(f"in `bytes_moved`: expected op 'spmm' or 'sddmm', but got {op!r}")
+    return Traffic.csr(op, m, nnz).bytes(width, index_bytes, value_bytes)
 
 
 def bytes_with_reuse(
@@ -225,17 +277,17 @@ def bytes_with_reuse(
     cache_bytes: int = 32 << 20,
     index_bytes: int = 4,
     value_bytes: int = 4,
+    traffic: Traffic | None = None,
 ) -> int:
-    """`bytes_moved` with the reuse the chosen format allows: when the slice of the gathered
-    operand (B for SpMM, Y for SDDMM) that one column partition reads fits in the last-level
-    cache (`n * width * v / col_parts <= cache_bytes`), each of its `touched` rows (distinct
-    columns of A) comes from memory once; otherwise every gather does (no reuse). This is the
-    roofline's traffic: the time it takes at the STREAM rate bounds a kernel from below unless
-    the lower cache levels serve more than the model counts."""
-    no_reuse = bytes_moved(op, m, n, nnz, width, index_bytes, value_bytes)
-    if n * width * value_bytes / max(1, col_parts) > cache_bytes:
-        return no_reuse
-    return no_reuse - nnz * width * value_bytes + touched * width * value_bytes
+    """The traffic of the format that runs (`traffic`, CSR's by default) with the reuse it allows:
+    when the slice of the gathered operand (B for SpMM, Y for SDDMM) that one column partition
+    reads fits in the last-level cache (`n * width * v / col_parts <= cache_bytes`), each of its
+    `touched` rows (distinct columns of A) comes from memory once; otherwise every gather does
+    (no reuse). This is the roofline's traffic: the time it takes at the STREAM rate bounds a
+    kernel from below unless the lower cache levels serve more than the model counts."""
+    traffic = traffic or Traffic.csr(op, m, nnz)
+    fits = n * width * value_bytes / max(1, col_parts) <= cache_bytes
+    return traffic.bytes(width, index_bytes, value_bytes, gathered=min(touched, traffic.gathers) if fits else None)
 
 
 def geomean(values: Iterable[float]) -> float:

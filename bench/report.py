@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .libraries import BASELINES, LIBRARIES, OURS
-from .measure import bytes_moved, bytes_with_reuse, geomean
+from .measure import Traffic, bytes_moved, bytes_with_reuse, geomean
 
 #: Geomean ratios the project aims for (issue 11: SpMM >= 1.3x MKL, SDDMM >= 1.5x torch), and the
 #: ratio no single case should fall below; reported, not enforced.
@@ -53,9 +53,10 @@ def derive(op: str, record: dict) -> dict:
         r["frac_stream"] = r["GBps"] / stream
         if "touched" in r:
             # The roofline: the traffic with the format's reuse, at the STREAM rate.
+            traffic = Traffic(**r["traffic"]) if "traffic" in r else None  # the format's own (padding, blocks)
             r["bytes_reuse"] = bytes_with_reuse(
                 op, r["m"], r["n"], r["nnz"], r["width"], r["touched"], r.get("col_parts", 1),
-                index_bytes=r["index_bytes"],
+                index_bytes=r["index_bytes"], traffic=traffic,
             )  # fmt: skip
             r["roofline_s"] = r["bytes_reuse"] / (stream * 1e9)
             r["frac_roofline"] = r["roofline_s"] / r["median_s"]
@@ -145,7 +146,9 @@ def markdown(report: dict) -> str:
         "checked against scipy (float64) before timing",
         f"- bandwidth: bytes of the traffic model (`bench.measure.bytes_moved`) / time; %STREAM is of the best "
         f"triad rate. {_model_text(op)}",
-        "- roofline: bytes of the same model with the chosen format's reuse (`bench.measure.bytes_with_reuse`: "
+        "- roofline: bytes of the traffic model of the format that ran (`bench.measure.Traffic`: for a decomposed "
+        "format its slots, padding included, a column index and `b` gathered rows per block in BSR, rows a later "
+        "part adds into read and written) with the reuse it allows (`bench.measure.bytes_with_reuse`: "
         "each gathered row read from memory once when a column partition's slice of the dense operand fits in "
         "the last-level cache), the time they take at the best STREAM rate, and that time over the kernel's "
         "(above 100%: the kernel beat the roofline, caches closer than memory served it)",

@@ -97,6 +97,8 @@ def run_group(job: dict, emit: Emit) -> None:
             if prepared.tune_s is not None:
                 result["tune_s"], result["chosen"] = prepared.tune_s, prepared.chosen
             result["col_parts"] = prepared.col_parts
+            if prepared.traffic is not None:
+                result["traffic"] = prepared.traffic
             t0 = time.perf_counter()
             raw = prepared.fn()  # the first call compiles (ours) or initialises (baselines)
             if prepared.sync:

@@ -16,8 +16,7 @@ from sparsetir_py.schedule import Schedule
 
 
 def _chunk_loop(sch: Schedule):
-    func = next(iter(sch.mod.functions.values()))
-    return sch.get_loops(sch.get_block(f"{func.name}0"))[0]
+    return sch.get_loops(sch.get_block(f"{sch.func.name}0"))[0]
 
 
 def cpu_chunks(sch: Schedule) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from .ir.func import IRModule, PrimFunc
 from .ir.layout import Layout
 from .ir.verify import verify_cached
-from .runtime.build import build, debug_level
+from .runtime.build import assembly, build, debug_level
 from .runtime.kernel import Kernel
 from .schedule import Schedule
 from .transform import (
@@ -79,7 +79,12 @@ def compile(
     # Coordinate space -> position space: loops, blocks, aux buffers, binary searches.
     mod = lower_sparse_iter(mod)
     _debug("Stage II", mod)
-    if schedule is not None:
+    if assembly(mod):
+        # The kernels of an assembled output (symbolic and numeric passes) each take the schedule:
+        # by default SpGEMM's, whose row chunks are parallel (`schedules/spgemm.py`).
+        mod = schedule_each(mod, schedule or default_assembly_schedule(target))
+        _debug("Stage II, scheduled", mod)
+    elif schedule is not None:
         # Schedule primitives work on Stage II (splits, bindings, parallel loops).
         sch = Schedule(mod)
         schedule(sch)
@@ -95,6 +100,21 @@ def compile(
     # A call may still pass a specialised size (with its compiled value), as to the generic function.
     kernel.specialized = {str(k): v for k, v in (specialize or {}).items()}
     return kernel
+
+
+def schedule_each(mod: IRModule, schedule: Callable[[Schedule], None]) -> IRModule:
+    """`schedule` applied to every function of `mod`, one `Schedule` each."""
+    for name in list(mod):
+        sch = Schedule(mod, name)
+        schedule(sch)
+        mod = sch.mod
+    return mod
+
+
+def default_assembly_schedule(target: str) -> Callable[[Schedule], None]:
+    from schedules import spgemm
+
+    return spgemm.DEFAULT[target]
 
 
 def target_passes(mod: PrimFunc | IRModule, target: str) -> IRModule:

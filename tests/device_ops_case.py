@@ -26,8 +26,10 @@ from matrices import edge_matrices, make_csr
 import sparsetir_py as sp
 
 COUNTS = {"to_host": 0, "to_device": 0}
+#: New device arrays (`cuda.device_array`), counted apart from the copies.
+ALLOCATED = [0]
 # Set by `main` in the simulator (importing numba.cuda here would fix the mode of a test process).
-cuda = devicearray = _copy_to_host = _to_device = _copy_to_device = None
+cuda = devicearray = _copy_to_host = _to_device = _copy_to_device = _device_array = None
 
 
 def _counting_copy_to_host(self, *args, **kwargs):
@@ -43,6 +45,11 @@ def _counting_to_device(*args, **kwargs):
 def _counting_copy_to_device(self, *args, **kwargs):
     COUNTS["to_device"] += 1
     return _copy_to_device(self, *args, **kwargs)
+
+
+def _counting_device_array(*args, **kwargs):
+    ALLOCATED[0] += 1
+    return _device_array(*args, **kwargs)
 
 
 def matrix(idtype="int32", dtype="float32") -> scipy.sparse.csr_matrix:
@@ -147,8 +154,8 @@ def check_formats_on_device_operands():
         C, counts = counted(call)
         assert isinstance(C, devicearray.FakeCUDAArray) and counts["to_host"] <= 1, (fmt, counts)
         np.testing.assert_allclose(host(C), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
-        counted(call)  # the kernel's first run checked the structure (host arrays); it goes to the device
-        again, repeated = counted(call)  # and stays there
+        # The kernel's first run checked the structure (host arrays); later ones read it on the device.
+        again, repeated = counted(call)
         assert repeated["to_device"] < counts["to_device"] and repeated["to_host"] <= 1, (fmt, counts, repeated)
         np.testing.assert_allclose(host(again), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
     X = np.random.default_rng(7).standard_normal((7, 4)).astype(np.float32)
@@ -164,6 +171,70 @@ def check_formats_on_device_operands():
     B[1, 0] = np.inf
     C = host(sp.ops.spmm(A, _to_device(B), format="ell", target="cuda"))
     np.testing.assert_array_equal(np.isnan(C), np.isnan(A @ B))
+
+
+def check_formats_repeated_with_the_same_operands():
+    """ell SpMM / hyb SDDMM with the same device operands again: a prepared call (no binding; A's
+    values copied once and gathered into the parts on the device, no host gather; B's finiteness
+    flag the one copy back), new values written in place into B and A.data seen, an inf written
+    into B seen (CSR's exact loop), SpMV into a 1-D `out=` included."""
+    from sparsetir_py.runtime import kernel as runtime_kernel
+    from sparsetir_py.runtime.device import FiniteCheck
+
+    A = matrix()  # the kernels of `check_formats_on_device_operands`, compiled already
+    rng = np.random.default_rng(9)
+    B, X = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((7, 4)).astype(np.float32)
+    B_dev, X_dev = _to_device(B), _to_device(X)
+    out = cuda.device_array((7, 4), np.float32)
+    binds = []
+    bind = runtime_kernel.bind_arguments
+    runtime_kernel.bind_arguments = lambda *a, **k: binds.append(1) or bind(*a, **k)
+    try:
+        # (Each call of a decomposed kernel takes about a second in the simulator: few calls.)
+        for fmt, params in (("ell", {}), ("hyb", {"num_col_parts": 2, "buckets": [1, 2]})):
+            spmm = lambda fmt=fmt, params=params: sp.ops.spmm(A, B_dev, format=fmt, target="cuda", out=out, **params)  # noqa: E731
+            sddmm = lambda fmt=fmt, params=params: sp.ops.sddmm(A, X_dev, B_dev, format=fmt, target="cuda", **params)  # noqa: E731
+            # SpMM (ell, which pads): A's values and B's flag reset, the flag back; SDDMM (hyb): A's values.
+            cases = [(spmm, {"to_host": 1, "to_device": 2}, 0)] if fmt == "ell" else []
+            if fmt == "hyb":
+                cases.append((sddmm, {"to_host": 0, "to_device": 1}, 1))
+            for call, copies, allocations in cases:
+                call()  # checks the parts' structure, prepares the call
+                A.data[:] = np.arange(1, A.nnz + 1) / A.nnz
+                B[0] += 2
+                B_dev.copy_to_device(B)
+                binds.clear()
+                ALLOCATED[0] = 0
+                got, counts = counted(call)
+                assert not binds and counts == copies and ALLOCATED[0] == allocations, (fmt, counts, binds)
+                if call is spmm:
+                    assert got is out
+                    np.testing.assert_allclose(host(out), A @ B, rtol=1e-5, atol=1e-5, err_msg=fmt)
+                else:
+                    want = A.multiply(X @ B.T).tocsr().data
+                    np.testing.assert_allclose(host(got), want, rtol=1e-5, atol=1e-5, err_msg=fmt)
+        B[1, 0] = np.inf  # seen by the prepared ell call: CSR's loop, NaN where scipy has NaN
+        B_dev.copy_to_device(B)
+        ell = sp.ops.spmm(A, B_dev, format="ell", target="cuda", out=out)
+        np.testing.assert_array_equal(np.isnan(host(ell)), np.isnan(A @ B))
+        finite = FiniteCheck(B_dev)  # its flag is reset every call
+        B[1, 0] = 1.0
+        B_dev.copy_to_device(B)
+        assert finite()
+        B[4, 3] = -np.inf
+        B_dev.copy_to_device(B)
+        assert not finite()
+        B[4, 3] = 0
+        B_dev.copy_to_device(B)
+        assert finite() and FiniteCheck(cuda.device_array((0, 4), np.float32))()
+        x = np.arange(5.0, dtype=np.float32)
+        x[3] = np.inf
+        x_dev, y = _to_device(x), cuda.device_array(7, np.float32)
+        for _ in range(2):
+            assert sp.ops.spmm(A, x_dev, format="ell", target="cuda", out=y) is y
+            np.testing.assert_array_equal(np.isnan(host(y)), np.isnan(A @ x))
+    finally:
+        runtime_kernel.bind_arguments = bind
 
 
 def check_repeated_call_is_prepared_once():
@@ -225,6 +296,85 @@ def check_kernel_launcher():
     np.testing.assert_allclose(host(other), A @ (B * 3), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(host(c), A @ B, rtol=1e-5, atol=1e-6)  # untouched by that launch
     _raises(lambda: kernel.launcher(**dev, c=np.zeros((7, 4), np.float32), m=7, n=5, nnz=A.nnz), "device arrays only")
+    _raises(lambda: launch(c=cuda.device_array((7, 5), np.float32)), "shape (7, 4) and dtype float32")
+    _raises(lambda: launch(c=cuda.device_array((7, 4), np.float64)), "shape (7, 4) and dtype float32")
+    _raises(lambda: launch(c=np.zeros((7, 4), np.float32)), "must be a device array")
+    _raises(lambda: launch(d=other), "no buffer argument `d`")
+    assert not launch.direct  # the simulator launches through the dispatcher
+    third = cuda.device_array((7, 4), np.float32)
+    launch.into("c")(third)  # unchecked: the caller made the array
+    np.testing.assert_allclose(host(third), A @ (B * 3), rtol=1e-5, atol=1e-6)
+
+
+def check_repeat_does_constant_host_work():
+    """The second call with the same operands: no argument bound or checked again, nothing copied
+    but a scipy A's values (one copy into the device buffer of the first call), no allocation
+    but the result's; a different operand object, or A's values replaced by another array, is
+    prepared anew (and seen)."""
+    from sparsetir_py.ops import device
+    from sparsetir_py.runtime import kernel as runtime_kernel
+
+    work = {"bind": 0, "operands": 0, "as_csr": 0}
+
+    def counting(module, name, what):
+        original = getattr(module, name)
+
+        def wrapped(*args, **kwargs):
+            work[what] += 1
+            return original(*args, **kwargs)
+
+        setattr(module, name, wrapped)
+        return module, name, original
+
+    saved = [counting(runtime_kernel, "bind_arguments", "bind"), counting(runtime_kernel, "bind_values", "bind"),
+             counting(device, "dense_operands", "operands"), counting(device, "as_csr", "as_csr")]  # fmt: skip
+    try:
+        A = matrix()
+        rng = np.random.default_rng(8)
+        B, X = rng.standard_normal((5, 6)).astype(np.float32), rng.standard_normal((7, 6)).astype(np.float32)
+        B_dev, X_dev = _to_device(B), _to_device(X)
+        out = cuda.device_array((7, 6), np.float32)
+        B_vec = _to_device(B[:, 0].copy())
+        calls = {  # name -> (call, device arrays it allocates)
+            "spmm out=": (lambda: sp.ops.spmm(A, B_dev, target="cuda", out=out), 0),
+            "spmm": (lambda: sp.ops.spmm(A, B_dev, target="cuda"), 1),
+            "spmv": (lambda: sp.ops.spmm(A, B_vec, target="cuda"), 1),
+            "sddmm": (lambda: sp.ops.sddmm(A, X_dev, B_dev, target="cuda"), 1),
+        }
+        for name, (call, allocations) in calls.items():
+            call()
+            work.update(bind=0, operands=0, as_csr=0)
+            ALLOCATED[0] = 0
+            _, copies = counted(call)
+            assert work == {"bind": 0, "operands": 0, "as_csr": 0}, (name, work)
+            assert copies == {"to_host": 0, "to_device": 1} and ALLOCATED[0] == allocations, (name, copies, ALLOCATED)
+        np.testing.assert_allclose(host(out), A @ B, rtol=1e-5, atol=1e-6)
+        # Another B object of the same shape: not mistaken for the first.
+        B2 = B + 5
+        C = sp.ops.spmm(A, _to_device(B2), target="cuda", out=out)
+        np.testing.assert_allclose(host(C), A @ B2, rtol=1e-5, atol=1e-5)
+        assert work["bind"] > 0
+        # A's values replaced by another array (not written in place): prepared anew, seen.
+        sp.ops.spmm(A, B_dev, target="cuda", out=out)
+        A.data = A.data * 3
+        np.testing.assert_allclose(host(sp.ops.spmm(A, B_dev, target="cuda", out=out)), A @ B, rtol=1e-5, atol=1e-5)
+        S = sp.ops.sddmm(A, X_dev, B_dev, target="cuda")
+        np.testing.assert_allclose(host(S), A.multiply(X @ B.T).tocsr().data, rtol=1e-5, atol=1e-5)
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+def check_host_overhead_tool():
+    """`python -m bench.cuda_quick --host-overhead` (launches stubbed), a few calls: every case
+    runs, and a repeated CSR call copies only A's values."""
+    from bench import cuda_quick
+
+    results = cuda_quick.host_overhead(calls=3, rounds=1, rows=64, per_row=3, width=4)
+    assert [r["case"] for r in results] == [case[0] for case in cuda_quick.HOST_CASES], results
+    first = results[0]
+    assert first["us_per_call"] > 0 and first["to_device"] == 1 and first["to_host"] == 0, first
+    assert "| spmm csr out= |" in cuda_quick.host_table(results)
 
 
 def _raises(fn, pattern: str):
@@ -252,12 +402,14 @@ CHECKS = {name[len("check_") :]: fn for name, fn in dict(globals()).items() if n
 
 
 def main() -> None:
-    global cuda, devicearray, _copy_to_host, _to_device, _copy_to_device
+    global cuda, devicearray, _copy_to_host, _to_device, _copy_to_device, _device_array
     from numba import cuda
     from numba.cuda.simulator.cudadrv import devicearray
 
     _copy_to_host, _to_device = devicearray.FakeCUDAArray.copy_to_host, cuda.to_device
     _copy_to_device = devicearray.FakeCUDAArray.copy_to_device
+    _device_array = cuda.device_array
+    cuda.device_array = _counting_device_array
     out = Path(sys.argv[1])
     devicearray.FakeCUDAArray.copy_to_host = _counting_copy_to_host
     devicearray.FakeCUDAArray.copy_to_device = _counting_copy_to_device

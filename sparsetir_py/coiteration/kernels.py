@@ -12,6 +12,11 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   expression's iteration lattice (`sparsetir_py.arith.lattice`): a two-pointer merge per row that writes the
   visited points' coordinates and values into a bounded buffer (`c_start[i]` is where row `i`
   may start writing, `c_count[i]` receives how many it wrote).
+* `merge_many_script(expr, k)`: the same for `k` operands `X0 ... X{k-1}` (three or more; a
+  user's script `C[i, j] = A[i, j] + B[i, j] + D[i, j]` with an assembled `C`): an intersection
+  lattice leapfrogs (the pointers behind the greatest head catch up; every head equal: a point),
+  any other lattice walks the least head of all rows, the operands there stored, the others 0,
+  and writes the point where the lattice has it.
 * `same_level_script(expr)`: the same co-iteration where both operands store the same
   coordinates: one loop over positions computing the lattice's top point.
 * `compact_script()`: copies each row's written entries to the canonical `indptr` positions.
@@ -113,6 +118,102 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
     source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
     source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
     return _HEADER + _typed(source, idtype, dtype)
+
+
+def merge_many_script(
+    lat: Lattice, tree: tuple, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32"
+) -> str:
+    """The merge loop of `lat` over its operands `X0`, `X1`, ... (any number; `tree` is the
+    expression over those names, `scalars` its scalar parameters), written as `merge_script`'s."""
+    ops = lat.operands
+    k = len(ops)
+    at = {o: f"p{t}[0]" for t, o in enumerate(ops)}
+    end = {o: f"X{t}_indptr[vi + 1]" for t, o in enumerate(ops)}
+    head = {o: f"X{t}_indices[{at[o]}]" for t, o in enumerate(ops)}
+    handles = "".join(f"x{t}_data: T.handle, x{t}_indptr: T.handle, x{t}_indices: T.handle, " for t in range(k))
+    sizes = "".join(f", nnz_x{t}: T.IDX" for t in range(k))
+    buffers = "".join(
+        f'    X{t}_data = T.match_buffer(x{t}_data, (nnz_x{t},), "VAL")\n'
+        f'    X{t}_indptr = T.match_buffer(x{t}_indptr, (m + 1,), "IDX")\n'
+        f'    X{t}_indices = T.match_buffer(x{t}_indices, (nnz_x{t},), "IDX")\n'
+        for t in range(k)
+    )
+    allocs = "".join(f'                p{t} = T.alloc_buffer((1,), "IDX", scope="local")\n' for t in range(k))
+    starts = "".join(f"                p{t}[0] = X{t}_indptr[vi]\n" for t in range(k))
+    body = " " * 20
+    emit = (
+        f"{body}    C_indices[pc[0]] = jm\n{body}    C_data[pc[0]] = T.VAL(VALUE)\n{body}    pc[0] = pc[0] + T.IDX(1)\n"
+    )
+    if lat.kind == "intersection":
+        cond = " and ".join(f"{at[o]} < {end[o]}" for o in ops)
+        greatest = head[ops[0]]
+        for o in ops[1:]:
+            greatest = f"T.max({greatest}, {head[o]})"
+        value = render(tree, {o: f"X{t}_data[{at[o]}]" for t, o in enumerate(ops)} | {s: s for s in scalars})
+        loop = (
+            f"                while {cond}:\n{body}jm: T.IDX = {greatest}\n"
+            f"{body}if {' and '.join(f'{head[o]} == jm' for o in ops)}:\n"
+            + emit.replace("VALUE", value)
+            + "".join(f"{body}    {at[o]} = {at[o]} + T.IDX(1)\n" for o in ops)
+            + f"{body}else:\n"
+            + "".join(f"{body}    if {head[o]} < jm:\n{body}        {at[o]} = {at[o]} + T.IDX(1)\n" for o in ops)
+        )
+    else:
+        cond = " or ".join(f"{at[o]} < {end[o]}" for o in ops)
+        lets = "".join(
+            f"{body}j{t}: T.IDX = T.if_then_else({at[o]} < {end[o]}, {head[o]}, T.IDX(n))\n" for t, o in enumerate(ops)
+        )
+        least = "j0"
+        for t in range(1, k):
+            least = f"T.min({least}, j{t})"
+        stored = {o: f"j{t} == jm" for t, o in enumerate(ops)}
+        loads = {o: f"T.if_then_else(j{t} == jm, X{t}_data[{at[o]}], T.VAL(0))" for t, o in enumerate(ops)}
+        value = render(tree, loads | {s: s for s in scalars})
+        loop = (
+            f"                while {cond}:\n{lets}{body}jm: T.IDX = {least}\n"
+            f"{body}if {_presence(tree, stored)}:\n"
+            + emit.replace("VALUE", value)
+            + "".join(f"{body}if j{t} == jm:\n{body}    {at[o]} = {at[o]} + T.IDX(1)\n" for t, o in enumerate(ops))
+        )
+    params = "".join(f", {s}: T.VAL" for s in scalars)
+    source = f"""
+@T.prim_func
+def merge(HANDLES c_data: T.handle, c_indices: T.handle, c_start: T.handle, c_count: T.handle, bounds: T.handle,
+          m: T.int32, n: T.int32, parts: T.int32SIZES, nnz_c: T.IDX{params}):
+    T.func_attr({{"stage": 2}})
+BUFFERS    C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
+    C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
+    C_start = T.match_buffer(c_start, (m + 1,), "IDX")
+    C_count = T.match_buffer(c_count, (m,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        for r in T.serial(Bounds[part + 1] - Bounds[part]):
+            with T.block("merge0"):
+                vi = T.axis.spatial(m, Bounds[part] + r)
+ALLOCS                pc = T.alloc_buffer((1,), "IDX", scope="local")
+STARTS                pc[0] = C_start[vi]
+LOOP                C_count[vi] = pc[0] - C_start[vi]
+"""
+    for key, text in (("HANDLES ", handles), ("SIZES", sizes), ("BUFFERS", buffers), ("ALLOCS", allocs)):
+        source = source.replace(key, text)
+    source = source.replace("STARTS", starts).replace("LOOP", loop)
+    return _HEADER + _typed(source, idtype, dtype)
+
+
+def _presence(tree: tuple, stored: dict[str, str]) -> str:
+    """A condition that holds where `tree` is not 0 for want of stored operands (the lattice's
+    points, as a formula over which operands are stored at the coordinate)."""
+    kind = tree[0]
+    if kind == "name":
+        return stored.get(tree[1], "True")
+    if kind == "num":
+        return "True" if tree[1] != 0 else "False"
+    if kind == "neg":
+        return _presence(tree[1], stored)
+    a, b = _presence(tree[1], stored), _presence(tree[2], stored)
+    if kind == "*":
+        return b if a == "True" else a if b == "True" else f"({a} and {b})"
+    return "True" if "True" in (a, b) else f"({a} or {b})"
 
 
 def same_level_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32") -> str:

@@ -420,6 +420,99 @@ class Interpreter:
             UPDATE_UFUNCS[op].at(self.data(s.buffer), off, values)
 
 
+class AssemblingInterpreter(Interpreter):
+    """The interpreter for a function with assembled outputs (`coiteration.assemble`), run on
+    its densified form: next to each output's dense values it keeps a presence mask, set by
+    every write to the presence of the value written (rules in `coiteration.assemble`)."""
+
+    def __init__(self, func: PrimFunc, bound: BoundArguments, outputs):
+        super().__init__(func, bound)
+        self.present = {b: np.zeros(self.data(b).shape, bool) for b in outputs}
+
+    def presence(self, e: PrimExpr, frame: Frame) -> np.ndarray:
+        if isinstance(e, BufferLoad):
+            off, found = self.offsets(e.buffer, self.coords(e.indices, frame))
+            if e.buffer in self.present:
+                return self.present[e.buffer][off]
+            return found
+        if isinstance(e, IntImm | FloatImm):
+            return np.full(frame.n, e.value != 0)
+        if isinstance(e, BinOp) and e.op == "*":
+            return self.presence(e.a, frame) & self.presence(e.b, frame)
+        parts = [c for c in (getattr(e, f, None) for f in ("a", "b", "value")) if isinstance(c, PrimExpr)]
+        parts += list(getattr(e, "args", ())) + [getattr(e, v) for v in ("true_value", "false_value") if hasattr(e, v)]
+        out = np.zeros(frame.n, bool) if parts else np.ones(frame.n, bool)
+        for x in parts:
+            out |= self.presence(x, frame)
+        return out
+
+    def mark(self, s: BufferStore | AtomicAdd, frame: Frame, present: np.ndarray, update: bool) -> None:
+        if s.buffer not in self.present:
+            return
+        off = self.store_offsets(s, frame)
+        if update:  # C[e] += x: present where C[e] was or x is (order-free: an or)
+            self.present[s.buffer][off[present]] = True
+        else:
+            self.present[s.buffer][off] = present
+
+    def run_BufferStore(self, s: BufferStore, frame: Frame) -> None:
+        present = np.broadcast_to(self.presence(s.value, frame), (frame.n,))
+        super().run_BufferStore(s, frame)
+        self.mark(s, frame, present, update=False)
+
+    def run_AtomicAdd(self, s: AtomicAdd, frame: Frame) -> None:
+        present = np.broadcast_to(self.presence(s.value, frame), (frame.n,))
+        super().run_AtomicAdd(s, frame)
+        self.mark(s, frame, present, update=True)
+
+    def run_updates(self, s: Stmt, frame: Frame) -> None:
+        if isinstance(s, BufferStore) and frame.n and s.buffer in self.present:
+            op, operand = as_update(s)
+            present = np.broadcast_to(self.presence(operand, frame), (frame.n,))
+            if op == "*":  # C[e] *= x: present where both are
+                self.present[s.buffer][self.store_offsets(s, frame)[~present]] = False
+            else:
+                self.mark(s, frame, present, update=True)
+        super().run_updates(s, frame)
+
+
+def _interpret_assembled(func: PrimFunc, args: tuple, kwargs: dict) -> dict:
+    """Run a function with assembled outputs (densified) and return their arrays, keyed by the
+    parameter names (`coiteration.assemble.assembled_arrays`)."""
+    from ..coiteration.assemble import assembled_arrays, assembled_outputs, densify
+    from ..ir.eval import eval_int
+
+    dense, buffers = densify(func)
+    outputs = assembled_outputs(func)
+    values = {o.values for o in outputs}
+    passed = [p for p in dense.params if p.name not in values]
+    if len(args) > len(passed):
+        raise InputError(
+            f"`{func.name}` takes {len(passed)} arguments (its assembled outputs are results), got {len(args)}"
+        )
+    kwargs = {**{p.name: a for p, a in zip(passed, args)}, **kwargs}
+    for o in outputs:
+        if o.values in kwargs or o.indptr in kwargs or o.indices in kwargs:
+            raise InputError(
+                f"argument `{o.values}`: `{o.buffer.name}` is an assembled output; the call returns its "
+                f"`{o.indptr}`, `{o.indices}` and values instead of taking them"
+            )
+    scalars = {p: kwargs[p.name] for p in dense.params if p.dtype != "handle" and p.name in kwargs}
+    for o in outputs:
+        shape = tuple(eval_int(a.length, scalars, f"length of axis `{a.name}`") for a in buffers[o.buffer].axes)
+        kwargs[o.values] = np.zeros(shape, o.buffer.dtype)
+    bound = bind_arguments(dense, (), kwargs)
+    interp = AssemblingInterpreter(dense, bound, [buffers[o.buffer] for o in outputs])
+    with np.errstate(all="ignore"):
+        interp.run(dense.body, Frame.unit())
+    result: dict = {}
+    for o in outputs:
+        b = buffers[o.buffer]
+        shape = (bound.axes[b.axes[0]].length, bound.axes[b.axes[-1]].length)
+        result.update(assembled_arrays(o, interp.data(b).reshape(shape), interp.present[b].reshape(shape)))
+    return result
+
+
 def as_update(s: Stmt) -> tuple[str, PrimExpr] | None:
     """`X[i] = X[i] op e` (or `e op X[i]` for commutative ops) -> (op, e); else None."""
     if not isinstance(s, BufferStore) or not isinstance(s.value, BinOp):
@@ -467,13 +560,15 @@ def reduction_updates(body: Stmt) -> list[BufferStore] | None:
     return stores
 
 
-def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
+def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> dict | None:
     """Run a function on numpy arrays with its reference semantics.
 
     Stage I runs with the dense coordinate-space semantics (vectorised over iteration points);
     Stages II and III run loop by loop (`interp.loops`, small inputs only). Arguments are passed
     by parameter name or position, as to a kernel, and checked the same way (`InputError` names
-    the argument). Outputs are written into the arrays passed.
+    the argument). Outputs are written into the arrays passed; a function with assembled outputs
+    (`assemble=True`, `sparsetir_py.coiteration.assemble`) returns their arrays instead, as a dict
+    keyed by the parameter names (`{indptr: ..., indices: ..., values: ..., nnz: ...}`).
 
     >>> import numpy as np, sparsetir_py as sp
     >>> from sparsetir_py.ops import spmm_script
@@ -499,6 +594,8 @@ def interpret(func: PrimFunc | IRModule, *args, **kwargs) -> None:
 
         run_loops(func, bind_arguments(func, args, kwargs))
         return
+    if any(a.assemble for a in func.axes):
+        return _interpret_assembled(func, args, kwargs)
     bound = bind_arguments(func, args, kwargs)
     # A checked write that misses raises before or after other writes landed: the outputs are
     # restored, so a miss leaves them as they were passed.

@@ -29,6 +29,8 @@ class Axis(Node):
     - `length`: the coordinate range (`[0, length)`) — an upper bound of a row for variable axes.
     - `nnz`: stored positions of the whole level (variable axes).
     - `nnz_cols`: stored positions per parent position (`sparse_fixed`, e.g. ELL).
+    - `assemble`: a `sparse_variable` level of an output whose structure the kernel builds
+      (`assemble=True`, the design card §3f): its indptr, indices and nnz are results, not arguments.
     """
 
     # Identity, not value: two declarations with equal fields are different objects.
@@ -45,6 +47,7 @@ class Axis(Node):
     indices: Var | None = None
     idtype: str = "int32"
     sorted: bool = True
+    assemble: bool = False
 
     @property
     def is_dense(self) -> bool:

@@ -229,7 +229,7 @@ class ScriptPrinter:
 
     def axis_decl(self, a: Axis) -> str:
         p = self.axis(a.parent) if a.parent is not None else None
-        sorted_kw = "" if a.sorted else ", sorted=False"
+        sorted_kw = ("" if a.sorted else ", sorted=False") + (", assemble=True" if a.assemble else "")
         if a.kind == DENSE_FIXED:
             idt = "" if a.idtype == "int32" else f", {self.dtype_arg(a.idtype)}"
             return f"T.dense_fixed({self.expr(a.length)}{idt})"

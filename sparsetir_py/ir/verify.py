@@ -71,6 +71,11 @@ Rules, in the order they are checked:
   lengths), and a miss is the same `InputError`, naming the buffer and the coordinates, from the
   interpreter, the CPU kernel and the CUDA kernel (their hosts read an error flag after the call).
   Reads are not restricted (a read of an unstored coordinate gives the default value).
+- `AssembleError`: an axis declared `assemble=True` is a `sparse_variable` level whose parent is a
+  dense_fixed root, the last axis of the sparse buffers over it; each such buffer is matched to a
+  parameter and is an output: written in the function, and read only by updates of the element
+  being written (`C[i, j] = C[i, j] + ...`). Its writes are not checked writes: they make the
+  structure (the design card §3f).
 - `LoopExtentError`: constant extents (loops, block iterators, axis lengths, nnz, nnz_cols,
   buffer shapes, regions) are non-negative; a loop's kind is in `LOOP_KINDS`.
   - `ThreadBindingError`: a thread_binding loop has a tag from `THREAD_TAGS` and starts at 0,
@@ -159,6 +164,7 @@ from .stmt import (
 from .visit import children, walk
 
 __all__ = [
+    "AssembleError",
     "AxisForestError",
     "AxisStructureError",
     "BlockError",
@@ -191,6 +197,10 @@ __all__ = [
 
 # ----------------------------------------------------------------------------------------------
 # The rules
+
+
+class AssembleError(VerifyError):
+    """An assembled level (`assemble=True`) that does not declare an output's structure."""
 
 
 class AxisForestError(VerifyError):
@@ -672,6 +682,7 @@ class _FuncVerifier:
         self.check_axes()
         self.check_function_buffers()
         self.stmt(self.func.body)
+        self.check_assembled()
 
     # -- function header ----------------------------------------------------------------------
 
@@ -752,6 +763,42 @@ class _FuncVerifier:
                 )
         if ax.idtype not in dt.INDEX_DTYPES:
             self.fail(AxisStructureError, f"axis `{ax.name}` has idtype {ax.idtype}; expected int32 or int64")
+
+    def check_assembled(self) -> None:
+        """The rules of `AssembleError` (module docstring)."""
+        assembled = [a for a in self.func.axes if a.assemble]
+        if not assembled:
+            return
+        for ax in assembled:
+            if ax.kind != SPARSE_VARIABLE or ax.parent.kind != DENSE_FIXED or ax.parent.parent is not None:
+                self.fail(
+                    AssembleError,
+                    f"axis `{ax.name}` is declared `assemble=True`: expected a sparse_variable level under a "
+                    f"dense_fixed root, but got a {ax.kind} level under `{_name(ax.parent)}`",
+                )
+        outputs = [b for b in self.func.buffers if isinstance(b, SparseBuffer) and any(a.assemble for a in b.axes)]
+        stores = [n for n in walk(self.func.body) if isinstance(n, BufferStore | AtomicAdd)]
+        for buf in outputs:
+            if not buf.axes[-1].assemble:
+                self.fail(AssembleError, f"buffer `{buf.name}`: an assembled axis must be its last axis")
+            if buf.data is None:
+                self.fail(AssembleError, f"buffer `{buf.name}` over an assembled axis is not matched to a parameter")
+            own = [s for s in stores if s.buffer is buf]
+            if not own:
+                self.fail(
+                    AssembleError,
+                    f"buffer `{buf.name}` is over the assembled axis `{buf.axes[-1].name}` but the function never "
+                    "writes it: `assemble=True` declares an output whose structure the kernel builds, not an input",
+                )
+            updates = {BufferLoad(s.buffer, s.indices) for s in own}
+            for node in walk(self.func.body):
+                if isinstance(node, BufferLoad) and node.buffer is buf and node not in updates:
+                    access = f"{buf.name}[{', '.join(_script(x) for x in node.indices)}]"
+                    self.fail(
+                        AssembleError,
+                        f"`{access}` reads the assembled output `{buf.name}` other than in an update of the element "
+                        "written: its structure is not known until the kernel ends",
+                    )
 
     def check_axis_extents(self, ax: Axis) -> None:
         for field in ("length", "nnz", "nnz_cols"):
@@ -1162,6 +1209,8 @@ class _FuncVerifier:
         coordinate with no storage: the write is *checked* (recorded in `self.checked`), lowered to
         a search in the buffer's structure whose miss is an `InputError` in every engine."""
         buf = s.buffer
+        if isinstance(buf, SparseBuffer) and any(a.assemble for a in buf.axes):
+            return  # an assembled output's writes make its structure (`check_assembled`)
         what = "a write to" if isinstance(s, BufferStore) else "an atomic add to"
         access = f"{buf.name}[{', '.join(_script(x) for x in s.indices)}]"
         for pos, axis in enumerate(buf.axes):

@@ -37,6 +37,7 @@ import scipy.sparse
 
 from ..arith.lattice import lattice
 from ..coiteration import kernels
+from ..coiteration.host import WORKSPACE_BYTES, chunk_bounds, prefix, table_size, work_prefix
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
 from ..operands import remember_structure, structure_checked
@@ -158,27 +159,6 @@ def _scalar(value, name: str) -> float:
     return value
 
 
-def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
-    """Row boundaries of `parts` chunks of equal weight (row `i` weighs `weight_prefix[i + 1] -
-    weight_prefix[i]` plus one, so that empty rows are spread too): int32, `parts + 1` entries."""
-    m = len(weight_prefix) - 1
-    parts = max(1, min(parts, m))
-    cumulative = weight_prefix.astype(np.int64) + np.arange(m + 1, dtype=np.int64)
-    goals = cumulative[-1] * np.arange(parts + 1, dtype=np.int64) // parts
-    # The row boundary nearest to each goal, so that a heavy row across a goal ends its chunk
-    # or starts the next instead of dragging its neighbours along.
-    after = np.minimum(np.searchsorted(cumulative, goals, side="left"), m)
-    before = np.maximum(after - 1, 0)
-    nearer = goals - cumulative[before] < cumulative[after] - goals
-    bounds = np.maximum.accumulate(np.where(nearer, before, after)).astype(np.int32)
-    bounds[0], bounds[-1] = 0, m
-    return bounds
-
-
-#: At most this many bytes of dense workspaces (one per chunk) for one call: past it, fewer chunks.
-WORKSPACE_BYTES = 1 << 28
-
-
 def _parts(schedule, thread_args: dict, m: int, n: int = 0) -> int:
     """How many chunks of rows: `schedule.rows_per_part` rows each (a CUDA block's), else
     `schedule.parts_per_thread` per thread (0: one chunk), no more than one per thread where more
@@ -243,7 +223,7 @@ def spgemm(
         schedule = names["schedule"] = shipped.cpu_hash
     parts = _parts(schedule, thread_args, m, n)
     hashed = mask is None and workspace_of(schedule) == "hash"
-    work = _work(A, B) if hashed or (mask is not None and _irregular(A)) else None
+    work = work_prefix(A.indptr, A.indices, B.indptr) if hashed or (mask is not None and _irregular(A)) else None
     bounds = chunk_bounds(A.indptr if work is None else work, parts)
     sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz}
     operands = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "b_indices": B.indices}
@@ -260,18 +240,18 @@ def spgemm(
         return _compacted(t_data, t_indices, M.indptr, counts, shape, cls, names, bounds, thread_args)
     counts = np.empty(m, idtype)
     # A hash table twice the widest row: at most the row's multiply-adds, at most n.
-    hsize = {"hsize": _table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
+    hsize = {"hsize": table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
     work = np.empty(m, np.int64)
     kernel("count", **names)(
         **operands, **sizes, c_count=counts, c_work=work, bounds=bounds, check_structure=False, **thread_args,
         **_workspaces(schedule, sizes["parts"], n, dtype, False), **hsize,
     )  # fmt: skip
-    work = _prefix(work)
+    work = prefix(work)
     if threads is None:
         thread_args = _threads(None, target, int(work[-1]))
     bounds = chunk_bounds(work, parts)
     sizes["parts"] = len(bounds) - 1
-    indptr = _prefix(counts)
+    indptr = prefix(counts)
     if indptr[-1] > _INT32_MAX and idtype == np.int32:
         # The result needs 64-bit positions: the same product with int64 structure arrays.
         A, B = _common([A, B], wide=True)[0]
@@ -282,15 +262,9 @@ def spgemm(
     kernel("numeric", **names)(
         **operands, **values, **sizes, c_data=data, c_indptr=indptr, c_indices=indices, nnz_c=nnz, bounds=bounds,
         check_structure=False, **thread_args, **_workspaces(schedule, sizes["parts"], n, dtype, True),
-        **({"hsize": _table_size(int(counts.max(initial=0)))} if hashed else {}),
+        **({"hsize": table_size(int(counts.max(initial=0)))} if hashed else {}),
     )  # fmt: skip
     return _csr((data, indices, indptr), shape, cls)
-
-
-def _table_size(widest: int) -> int:
-    """Slots of a hash workspace for rows of at most `widest` entries: a power of two, at least
-    twice that (linear probing stays short at half load)."""
-    return 1 << max(1, (2 * widest - 1).bit_length())
 
 
 def _irregular(A) -> bool:
@@ -301,27 +275,11 @@ def _irregular(A) -> bool:
     return len(lengths) > 0 and int(lengths.max()) > 8 * max(1.0, A.nnz / len(lengths))
 
 
-def _work(A, B) -> np.ndarray:
-    """The prefix sum of each row's multiply-adds in `A @ B` (the lengths of the rows of B that
-    the row of A selects): what balances a masked product of an irregular A (it has no symbolic
-    pass) and sizes the hash workspaces of the symbolic pass."""
-    selected = np.zeros(A.nnz + 1, np.int64)
-    np.cumsum(np.diff(B.indptr)[A.indices], out=selected[1:])
-    return selected[A.indptr]
-
-
-def _prefix(counts: np.ndarray) -> np.ndarray:
-    """indptr from per-row counts: the prefix sum (int64, so that it cannot wrap)."""
-    indptr = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return indptr
-
-
 def _compacted(t_data, t_indices, t_start, counts, shape, cls, names: dict, bounds, thread_args: dict):
     """The result from rows written at `t_start[i]` (`counts[i]` entries each): the same arrays
     when every row filled its room, else copied to their canonical positions by `compact`."""
     idtype = t_indices.dtype
-    indptr = _prefix(counts).astype(idtype, copy=False)
+    indptr = prefix(counts).astype(idtype, copy=False)
     nnz = int(indptr[-1])
     if nnz == len(t_indices):
         return _csr((t_data, t_indices, indptr), shape, cls)
@@ -387,7 +345,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     if op == "add":
         start = work
     else:
-        start = _prefix(np.minimum(np.diff(A.indptr), np.diff(B.indptr)))
+        start = prefix(np.minimum(np.diff(A.indptr), np.diff(B.indptr)))
     if start[-1] > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
     start = start.astype(idtype)

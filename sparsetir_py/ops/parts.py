@@ -94,6 +94,11 @@ class Conversion:
             flat = self._scratch[key] = np.empty(size, dtype)
         return flat
 
+    def value_views(self, flat):
+        """The parts' value arguments (`a_<rule>`) as views of `flat` (host or device), slot by
+        slot, as `values` lays them out (`ops/device.py` gathers into a device buffer)."""
+        return self._views(flat)
+
     def output_views(self, flat):
         """The parts' SDDMM outputs (`c_<rule>`) as views of `flat` (host or device), slot by slot."""
         return {"c" + name[1:]: view for name, view in self._views(flat).items()}
@@ -353,21 +358,31 @@ def run_parts(kernel: Kernel, conversion: Conversion, args: dict, thread_args: d
 
 
 def padding_rows(conversion: Conversion, factor: int, n: int) -> np.ndarray | None:
-    """The rows of B (below `n`) that a padding cell of a part of b x b blocks multiplies, where
-    `factor` is b: the column `indices_<rule>[block] * b + ji` of each empty cell `(block, ii, ji)`
-    of a values array of shape (blocks, b, b). None where a part is not of that shape (then any row
-    may meet padding). Computed once per conversion."""
+    """The rows of B (below `n`) that a padding slot multiplies: for a part of b x b blocks
+    (`factor` b, values of shape (blocks, b, b)) the column `indices_<rule>[block] * b + ji` of
+    each empty cell `(block, ii, ji)`; for a part with a column per slot (`cols_<rule>` or
+    `indices_<rule>` as long as its values: ELL, hyb) the column of each padding slot. Padding
+    columns at or past `n` (ELL's, which the kernel's guard skips) read no row. None where a part
+    is of neither shape (then any row may meet padding). Computed once per conversion."""
     if factor in conversion.padded_reads:
         return conversion.padded_reads[factor]
     rows = []
     for rule in conversion.rules:
         values = [w for name, w in conversion.gathers.items() if name.endswith(f"_{rule.name}")]
-        indices = conversion.structure.get(f"indices_{rule.name}")
-        if len(values) != 1 or not isinstance(indices, np.ndarray) or values[0].shape[1:] != (factor, factor):
+        cols = [conversion.structure.get(f"{kind}_{rule.name}") for kind in ("cols", "indices")]
+        cols = [c for c in cols if isinstance(c, np.ndarray)]
+        if len(values) != 1 or len(cols) != 1:
             rows = None
             break
-        block, _, ji = np.nonzero(values[0] == 0)
-        rows.append(indices.astype(np.int64)[block] * factor + ji)
+        (gather,), (index,) = values, cols
+        if factor > 1 and gather.shape[1:] == (factor, factor) and index.shape == gather.shape[:1]:
+            block, _, ji = np.nonzero(gather == 0)
+            rows.append(index.astype(np.int64)[block] * factor + ji)
+        elif gather.shape == index.shape:
+            rows.append(index[gather == 0].astype(np.int64))
+        else:
+            rows = None
+            break
     if rows is not None:
         rows = np.unique(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
         rows = rows[rows < n].astype(np.intp)
@@ -377,11 +392,11 @@ def padding_rows(conversion: Conversion, factor: int, n: int) -> np.ndarray | No
 
 def padding_is_exact(conversion: Conversion, pad: tuple[dict, int] | None, B: np.ndarray) -> bool:
     """Whether the padding of the parts adds exact zeros to `B`'s products: no padding, or every
-    row of B a padding cell reads (`padding_rows`, or all of B where unknown) finite (0 * inf is
+    row of B a padding slot reads (`padding_rows`, or all of B where unknown) finite (0 * inf is
     NaN where A stores nothing)."""
     if not conversion.pads:
         return True
-    rows = padding_rows(conversion, pad[1], B.shape[0]) if pad is not None else None
+    rows = padding_rows(conversion, pad[1] if pad is not None else 1, B.shape[0])
     if rows is None or 2 * len(rows) > B.shape[0] or not B.flags.c_contiguous:
         return all_finite(B)
     return slots.rows_finite(B, rows)

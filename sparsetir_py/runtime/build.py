@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ..codegen import KernelSource, render
+from ..coiteration.assemble import Assembly
+from ..coiteration.host import AssembledKernel
 from ..errors import CodegenError
 from ..ir.func import IRModule, PrimFunc
+from ..ir.node import FrozenDict
 from ..transform.compact_buffers import compact_buffers
 from ..transform.sink_allocations import sink_allocations
 from . import cache
@@ -45,8 +48,11 @@ def build(
     verify: bool = True,
     cache_dir: str | os.PathLike | None = None,
     **options: Any,
-) -> Kernel:
+) -> Kernel | AssembledKernel:
     """Generate, cache and import the kernel of a Stage III function.
+
+    A module of the kernels of an assembled output (`assemble=True`, what `lower_sparse_iter`
+    makes of one) builds into one `coiteration.host.AssembledKernel`.
 
     Args:
         mod: a Stage III `PrimFunc`, or an `IRModule` holding one (`"main"`, or its only function).
@@ -72,6 +78,8 @@ def build(
     >>> np.allclose(C, A @ B)
     True
     """
+    if assembly(mod):
+        return build_assembled(IRModule.from_any(mod), target, verify=verify, cache_dir=cache_dir, **options)
     func = _select_function(mod)
     if func.stage != 3:
         raise CodegenError(
@@ -99,6 +107,34 @@ def build(
     kernel.resources = resources
     _debug_report(func, kernel)
     return kernel
+
+
+def assembly(mod) -> bool:
+    """Whether `mod` holds the kernels of an assembled output (`coiteration.assemble.lower`)."""
+    return isinstance(mod, IRModule) and any("assemble" in f.attrs for f in mod.functions.values())
+
+
+def build_assembled(mod: IRModule, target: str, **options: Any) -> AssembledKernel:
+    """Every kernel of an assembled output built, in one `AssembledKernel` that runs them with
+    the host steps between (`coiteration.host`)."""
+    funcs = dict(mod.items())
+    plans = {f.attrs["assemble"] for f in funcs.values() if "assemble" in f.attrs}
+    if len(plans) != 1 or any("assemble" not in f.attrs for f in funcs.values()):
+        raise CodegenError(f"in `build`: the module mixes kernels of several assembled outputs ({', '.join(funcs)})")
+    plan = Assembly.from_json(plans.pop())
+    if target == "cuda" and plan.op == "spgemm" and plan.workspace != "global":
+        raise CodegenError(
+            f"in `build`: an assembled SpGEMM for CUDA needs its workspace in global memory (a block cannot "
+            f'allocate the {plan.workspace!r} one at run time): `sch.workspace(it, "global")` on the Stage I iteration'
+        )
+    # Built without the plan: the kernels are then those of `sp.ops.spgemm` / `add` / `multiply`
+    # for the same dtypes and schedule, one source and one compiled cache entry for both.
+    plain = {
+        f.attrs["assemble_role"]: f.replace(attrs=FrozenDict({k: v for k, v in f.attrs.items() if "assemble" not in k}))
+        for f in funcs.values()
+    }
+    kernels = {role: build(f, target, **options) for role, f in plain.items()}
+    return AssembledKernel(plan, kernels, target)
 
 
 def _fit_cuda(func: PrimFunc, ks: KernelSource, options: dict[str, Any]) -> tuple[PrimFunc, KernelSource, Resources]:

@@ -1,5 +1,5 @@
 """Small device kernels of the runtime: whether an array holds an inf or a NaN
-(`device.all_finite`), and a gather by an index array (`device.take`).
+(`device.all_finite`), and gathers by an index array (`device.take`, `device.gather_launch`).
 
 A module of its own, imported only when a device array is checked: `from numba import cuda` at
 module level is what Numba's simulator swaps for its own module in a kernel's globals.
@@ -26,3 +26,15 @@ def take(out, values, index):
     t = cuda.grid(1)
     if t < out.shape[0]:
         out[t] = values[index[t]]
+
+
+@cuda.jit
+def gather(out, values, index):
+    """`out[t] = values[index[t]]`, or 0 where `index[t]` is negative (`device.gather_launch`)."""
+    t = cuda.grid(1)
+    if t < out.shape[0]:
+        k = index[t]
+        if k >= 0:
+            out[t] = values[k]
+        else:
+            out[t] = 0

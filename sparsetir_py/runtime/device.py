@@ -10,6 +10,7 @@ helpers never copy a device array to the host.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,22 +18,40 @@ import numpy as np
 
 __all__ = [
     "ArrayInfo",
+    "FiniteCheck",
+    "PreparedLaunch",
     "all_finite",
     "describe",
+    "device_pointer",
+    "direct_launches",
     "empty_like_kind",
+    "gather_launch",
     "is_device_array",
     "is_device_sparse",
     "kind_of",
     "take",
+    "take_launch",
     "to_device",
 ]
 
 
 def is_device_array(value: Any) -> bool:
     """Whether `value` lives on a CUDA device (a Numba device array or `__cuda_array_interface__`)."""
+    if type(value) in _DEVICE_TYPES:
+        return True
     if isinstance(value, np.ndarray) or value is None:
         return False
-    return hasattr(value, "__cuda_array_interface__") or (hasattr(value, "copy_to_host") and hasattr(value, "shape"))
+    if not (hasattr(value, "__cuda_array_interface__") or (hasattr(value, "copy_to_host") and hasattr(value, "shape"))):
+        return False
+    cls = type(value)
+    if hasattr(cls, "__cuda_array_interface__") or (hasattr(cls, "copy_to_host") and hasattr(cls, "shape")):
+        _DEVICE_TYPES.add(cls)  # the class says so (its instances need not be asked again)
+    return True
+
+
+#: Classes whose every instance is a device array (CuPy's, Numba's): `hasattr` on an instance
+#: evaluates `__cuda_array_interface__`, a property that builds a dict, on every call.
+_DEVICE_TYPES: set[type] = set()
 
 
 def is_device_sparse(value: Any) -> bool:
@@ -124,8 +143,7 @@ def all_finite(value: Any) -> bool:
     from .cuda_finite import mark_nonfinite
 
     flag = cuda.to_device(np.zeros(1, np.int32))
-    threads = 256
-    mark_nonfinite[(size + threads - 1) // threads, threads](value.reshape(size), flag)
+    mark_nonfinite[(size + THREADS - 1) // THREADS, THREADS](value.reshape(size), flag)
     return int(flag.copy_to_host()[0]) == 0
 
 
@@ -141,6 +159,164 @@ def take(values: Any, index: Any) -> Any:
 
     out = cuda.device_array(count, dtype=describe(values).dtype)
     if count:
-        threads = 256
-        kernel[(count + threads - 1) // threads, threads](out, values, index)
+        kernel[(count + THREADS - 1) // THREADS, THREADS](out, values, index)
     return out
+
+
+#: Threads per block of the helper kernels (`cuda_finite`).
+THREADS = 256
+
+
+class PreparedLaunch:
+    """One launch of a helper kernel (`runtime.cuda_finite`) on fixed device arrays, marshalled
+    once as a `runtime.kernel.Launcher`'s is (through the dispatcher where that is unavailable):
+    calling it launches with O(1) host work, and `into(k)` gives a function that launches with
+    another device array of argument `k`'s dtype and shape in its place (unchecked). A launch
+    with no thread does nothing."""
+
+    def __init__(self, kernel: Any, grid: tuple, block: tuple, args: tuple):
+        args = list(args)
+        empty = 0 in grid or 0 in block
+        direct = None if empty else direct_launches(kernel, args, [(0, grid, block)], lambda index: ())
+        self.direct = direct is not None  #: whether launches skip the dispatcher
+        if direct is not None:
+            self._values, pointers, (self._emit,) = direct
+            self._where = {k: (position, device_pointer) for k, position in pointers.items()}
+            return
+        self._values = args
+        self._where = {k: (k, _same) for k in range(len(args))}
+        self._emit = _nothing if empty else (lambda values: kernel[grid, block](*values))
+
+    def __call__(self) -> None:
+        self._emit(self._values)
+
+    def into(self, k: int) -> Any:
+        position, entry = self._where[k]
+        base, emit = self._values, self._emit
+
+        def launch(value) -> None:
+            values = base.copy()
+            values[position] = entry(value)
+            emit(values)
+
+        return launch
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _nothing(values: list) -> None:
+    return None
+
+
+def take_launch(values: Any, index: Any, out: Any) -> PreparedLaunch:
+    """`out[:] = values[index]` on the device, prepared (`PreparedLaunch`): 1-D device arrays,
+    `out` of `index`'s length and `values`' dtype."""
+    from .cuda_finite import take as kernel
+
+    count = describe(index).shape[0]
+    return PreparedLaunch(kernel, ((count + THREADS - 1) // THREADS,), (THREADS,), (out, values, index))
+
+
+def gather_launch(values: Any, index: Any, out: Any) -> PreparedLaunch:
+    """`out[t] = values[index[t]]`, 0 where `index[t] < 0` (padding), on the device, prepared
+    (`PreparedLaunch`): 1-D device arrays, `out` of `index`'s length and `values`' dtype."""
+    from .cuda_finite import gather as kernel
+
+    count = describe(index).shape[0]
+    return PreparedLaunch(kernel, ((count + THREADS - 1) // THREADS,), (THREADS,), (out, values, index))
+
+
+class FiniteCheck:
+    """Whether a device array holds only finite values, prepared for that array (its values may
+    change between calls; each call looks at them): a flag on the device reset (a 4-byte copy),
+    `mark_nonfinite` launched (`PreparedLaunch`), the flag read back (4 bytes, which waits for
+    the device)."""
+
+    def __init__(self, value: Any):
+        size = math.prod(describe(value).shape)
+        self._mark = None
+        if size == 0:
+            return
+        from numba import cuda
+
+        from .cuda_finite import mark_nonfinite
+
+        self._zero, self._host = np.zeros(1, np.int32), np.zeros(1, np.int32)
+        self._flag = cuda.to_device(self._zero)
+        blocks = (size + THREADS - 1) // THREADS
+        self._mark = PreparedLaunch(mark_nonfinite, (blocks,), (THREADS,), (value.reshape(size), self._flag))
+
+    def __call__(self) -> bool:
+        if self._mark is None:
+            return True
+        self._flag.copy_to_device(self._zero)
+        self._mark()
+        self._flag.copy_to_host(self._host)
+        return int(self._host[0]) == 0
+
+
+def direct_launches(fn, args: list, launches: list, tail: Callable) -> tuple | None:
+    """(the kernel's marshalled arguments, the position of each array argument's pointer there,
+    one launch function per launch) for Numba's compiled overload of `fn` on `args`, marshalled
+    once by Numba's own `_prepare_args` as each launch would; None where this numba-cuda (or the
+    simulator) does not work that way, or an argument would need a copy or a write-back."""
+    if not launches:
+        return None
+    try:
+        from numba.cuda import dispatcher as numba_dispatcher
+        from numba.cuda import types as numba_types
+
+        launch, launch_config = numba_dispatcher.launch, numba_dispatcher.LaunchConfig
+        (compiled,) = fn.specialize(*args, *tail(launches[0][0])).overloads.values()
+        if getattr(compiled, "debug", True) or getattr(compiled, "extensions", None):
+            return None
+        cufunc_kernel = compiled._codelibrary.get_cufunc().kernel
+        types = list(compiled.argument_types)
+        configured = fn[launches[0][1], launches[0][2]]
+        stream, sharedmem = configured.stream, configured.sharedmem
+        values: list = []
+        pointers: dict[int, int] = {}
+        for k, (ty, value) in enumerate(zip(types, args)):
+            segment, retr = [], []
+            compiled._prepare_args(ty, value, stream, retr, segment)
+            if retr:
+                return None
+            if isinstance(ty, numba_types.Array):
+                # Numba's layout: meminfo, parent, size, itemsize, pointer, shape..., strides...
+                if len(segment) < 5 or segment[4] != device_pointer(value):
+                    return None
+                pointers[k] = len(values) + 4
+            values.extend(segment)
+        emits = []
+        for index, grid, block in launches:
+            config = fn[grid, block]
+            tail_args: list = []
+            for ty, value in zip(types[len(args) :], tail(index)):
+                compiled._prepare_args(ty, value, stream, [], tail_args)
+            flags = {
+                "is_cooperative" if numba_dispatcher.CUDA_CORE_GE_1_0 else "cooperative_launch": compiled.cooperative
+            }
+            where = launch_config(grid=config.griddim, block=config.blockdim, shmem_size=sharedmem, **flags)
+            emits.append(
+                lambda values, where=where, tail_args=tuple(tail_args): launch(
+                    stream, where, cufunc_kernel, *values, *tail_args
+                )
+            )
+        return values, pointers, emits
+    except Exception:  # the simulator, or a numba-cuda whose kernels launch otherwise
+        return None
+
+
+def device_pointer(value: Any) -> int:
+    """The device address of a device array's first element (Numba's, CuPy's, or any with
+    `__cuda_array_interface__`), without a copy."""
+    pointer = getattr(value, "device_ctypes_pointer", None)
+    if pointer is not None:
+        return pointer.value or 0
+    memory = getattr(value, "data", None)
+    address = getattr(memory, "ptr", None)  # CuPy's MemoryPointer
+    if type(address) is int:
+        return address
+    return int(value.__cuda_array_interface__["data"][0] or 0)

@@ -33,7 +33,7 @@ from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
-from .device import layout
+from .device import describe, device_pointer, direct_launches, layout
 from .resources import check_launch
 
 
@@ -341,7 +341,8 @@ class CUDAKernel(Kernel):
 
         Every array must be a device array: it is used in place, so values written into it
         between launches are seen. `launcher(...)(c=other)` puts another device array of the
-        same dtype and shape in a buffer's place for one launch (a fresh result). A kernel with
+        same dtype and shape in a buffer's place for one launch (a fresh result; checked), and
+        `launcher(...).into("c")` gives a function that does so unchecked. A kernel with
         checked writes (a flag read back after each launch) gets a launcher that calls the kernel.
         """
         launches, launch_args, _, device_values = self._prepare(args, kwargs, check_structure)
@@ -351,11 +352,12 @@ class CUDAKernel(Kernel):
         for k, kp in enumerate(kp for kp in self.kernel_params if kp.kind != "launch"):
             if kp.kind == "buffer" and kp.obj.data is not None:
                 slots.setdefault(kp.obj.data.name, []).append((k, kp.obj))
+        given = {name: describe(device_values[name]) for name in slots}
         if self._flags:
             values = bind_values(self.func, tuple(args), self._drop_specialized(dict(kwargs)))
             rerun = lambda **new: self(**{**values, **new}, check_structure=False)  # noqa: E731
-            return Launcher(self, launch_args, [], slots, fallback=rerun)
-        return Launcher(self, launch_args, launches, slots)
+            return Launcher(self, launch_args, [], slots, fallback=rerun, given=given)
+        return Launcher(self, launch_args, launches, slots, given=given)
 
     def _arrays(self) -> list[KernelParam]:
         return [kp for kp in self.kernel_params if kp.kind == "buffer" and kp.obj.data is not None]
@@ -436,60 +438,108 @@ class Launcher:
     """The launches of a CUDA kernel on fixed device arguments (`CUDAKernel.launcher`).
 
     Calling it launches every nest of the kernel, asynchronously, as a call of the kernel would.
-    Each launch goes to the compiled overload for the arguments' types (looked up once, through
-    Numba's `specialize`), so no argument is typed again; where that is not available (Numba's
-    simulator) it goes through the dispatcher.
+    On a GPU the kernel's arguments are marshalled once, by Numba's own code (the compiled
+    overload's `_prepare_args`, the overload found once through `specialize`), with the launch
+    configurations, so a launch is one `cuda.core` launch of the kept arguments; putting another
+    array in a buffer's place (a fresh result) changes its pointer only. Where that is not
+    available (Numba's simulator, an overload built for debugging, another numba-cuda) each launch
+    goes through the dispatcher. The kept arguments belong to the CUDA context current when the
+    launcher was made.
     """
 
-    def __init__(self, kernel: CUDAKernel, args: list, launches: list, slots: dict, fallback=None):
+    def __init__(self, kernel: CUDAKernel, args: list, launches: list, slots: dict, fallback=None, given=None):
         self.kernel = kernel
         self.args = args  #: the arguments in launch order (device arrays and scalars)
         self.launches = launches  #: (index, grid, block) of every non-empty launch
         self.slots = slots  #: buffer name -> (position in `args`, flat buffer) of its views
         self._fallback = fallback
-        self._indexed = bool(kernel._ks.launches)
+        self._given = given or {}  # buffer name -> `ArrayInfo` of the array first given
         self._cuda = _cuda_for_launch()
-        self._run = [self._resolve(index, grid, block) for index, grid, block in launches]
-
-    def _resolve(self, index: int, grid: tuple, block: tuple):
-        tail = (index,) if self._indexed else ()
-        fn = self.kernel._fn
-        configured = fn[grid, block]  # grid, block and stream as Numba normalises them
-
-        def dispatched(args):
-            # Configured at each launch: the simulator's `fn[grid, block]` sets the grid on `fn`
-            # itself, so a configuration kept from before another launch's would be overwritten.
-            fn[grid, block](*args, *tail)
-
-        try:
-            (compiled,) = fn.specialize(*self.args, *tail).overloads.values()
-            launch = compiled.launch
-            where = (configured.griddim, configured.blockdim, configured.stream, configured.sharedmem)
-        except Exception:  # the simulator's dispatcher: typed per launch
-            return dispatched
-
-        def direct(args):
-            try:
-                launch([*args, *tail], *where)
-            except TypeError:  # a numba-cuda whose compiled kernels launch otherwise: the dispatcher from now on
-                self._run[self._run.index(direct)] = dispatched
-                dispatched(args)
-
-        return direct
+        tail = (lambda index: (index,)) if kernel._ks.launches else (lambda index: ())
+        direct = None if fallback is not None else direct_launches(kernel._fn, args, launches, tail)
+        if direct is not None:
+            #: what the launches take (Numba's marshalled arguments, or `args`), and per buffer the
+            #: (position there, array -> entry) of each of its views
+            self._values, pointers, self._emits = direct
+            self._where = {name: [(pointers[k], device_pointer) for k, _ in views] for name, views in slots.items()}
+            self.direct = True  #: whether launches skip the dispatcher (marshalled once)
+            return
+        self.direct = False
+        self._values = list(args)
+        self._emits = [_dispatched(kernel._fn, grid, block, tail(index)) for index, grid, block in launches]
+        cuda = self._cuda
+        self._where = {
+            name: [(k, lambda v, size=args[k].shape[0], buf=buf: _flat_device_view(cuda, v, size, buf))
+                   for k, buf in views]
+            for name, views in slots.items()
+        }  # fmt: skip
 
     def __call__(self, **replace: Any) -> None:
-        """Launch; `name=array` replaces a buffer's device array for this launch only."""
+        """Launch; `name=array` replaces a buffer's device array for this launch only (a device
+        array of the dtype and shape first given, C-contiguous: else `InputError`)."""
         if self._fallback is not None:
             return self._fallback(**replace)
-        args = self.args
+        values = self._values
         if replace:
-            args = list(args)
+            values = values.copy()
             for name, value in replace.items():
-                for k, buf in self.slots[name]:
-                    args[k] = _flat_device_view(self._cuda, value, self.args[k].shape[0], buf)
-        for run in self._run:
-            run(args)
+                self._check(name, value)
+                for pos, entry in self._where[name]:
+                    values[pos] = entry(value)
+        for emit in self._emits:
+            emit(values)
         return None
+
+    def into(self, name: str) -> Callable[[Any], None]:
+        """A function that launches with its argument in buffer `name`'s place, unchecked: for a
+        caller that made the array itself (of the dtype and shape first given, C-contiguous), as
+        `sp.ops` does for each fresh result of a repeated call."""
+        if self._fallback is not None:
+            fallback = self._fallback
+            return lambda value: fallback(**{name: value})
+        base, emits, where = self._values, self._emits, self._where[name]
+        if len(where) == 1 and len(emits) == 1:
+            ((pos, entry),) = where
+            (emit,) = emits
+
+            def one(value) -> None:
+                values = base.copy()
+                values[pos] = entry(value)
+                emit(values)
+
+            return one
+
+        def every(value) -> None:
+            values = base.copy()
+            for pos, entry in where:
+                values[pos] = entry(value)
+            for emit in emits:
+                emit(values)
+
+        return every
+
+    def _check(self, name: str, value: Any) -> None:
+        if name not in self._where:
+            raise InputError(f"`{self.kernel.name}` has no buffer argument `{name}` to replace")
+        if not _is_device_array(value):
+            raise InputError(f"`{name}` must be a device array, got {type(value).__name__}")
+        want, got = self._given.get(name), describe(value)
+        if want is not None and (got.shape != want.shape or got.dtype != want.dtype):
+            raise InputError(
+                f"`{name}` must be a device array of shape {want.shape} and dtype {want.dtype} (the one the "
+                f"launcher was made with), got {got.shape} {got.dtype}"
+            )
+        if not got.c_contiguous:
+            raise InputError(f"`{name}` must be C-contiguous")
+
+
+def _dispatched(fn, grid: tuple, block: tuple, tail: tuple) -> Callable[[list], None]:
+    def launch(args: list) -> None:
+        # Configured at each launch: the simulator's `fn[grid, block]` sets the grid on `fn`
+        # itself, so a configuration kept from before another launch's would be overwritten.
+        fn[grid, block](*args, *tail)
+
+    return launch
 
 
 def _trim(sizes: list[int]) -> tuple[int, ...]:

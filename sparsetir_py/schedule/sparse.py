@@ -29,7 +29,8 @@ from ..errors import ScheduleError
 from ..ir.axis import DENSE_FIXED, Axis, FusedAxis, IterAxis, base_axis, iteration_parent
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
-from ..ir.stmt import SparseIteration, Stmt
+from ..ir.node import FrozenDict
+from ..ir.stmt import BufferStore, SparseIteration, Stmt
 from ..ir.visit import map_children, walk
 from .state import missing
 
@@ -295,10 +296,41 @@ def sparse_fuse(func: PrimFunc, name: str, iters: Sequence[IterRef]) -> PrimFunc
     return _replace_iteration(func, it, it.replace(axes=tuple(new_axes)))
 
 
+#: The workspaces of an assembled output's rows (`coiteration.assemble.WORKSPACES`).
+WORKSPACE_KINDS = ("dense", "hash", "global")
+
+
+def workspace(func: PrimFunc, name: str, kind: str) -> PrimFunc:
+    """Choose the workspace in which iteration `name` assembles the rows of its output: "dense"
+    (an accumulator of the output's width and a list of the touched columns per chunk of rows,
+    the default), "hash" (a hash table sized by the widest row: for very wide outputs) or
+    "global" (the dense one in arrays the kernel passes: CUDA, where a block cannot allocate).
+    The kernels of the output's symbolic and numeric passes are chosen by it at lowering.
+
+    It requires: a Stage I iteration `name` that writes a buffer over an assembled level
+    (`T.sparse_variable(..., assemble=True)`); `kind` one of `WORKSPACE_KINDS`.
+
+    Before: `with T.sp_iter([I, K, J], "SRS", "spgemm") as [i, k, j]:`
+    `sch.workspace(sch.get_sparse_iteration("spgemm"), "hash")`
+    After: `with T.sp_iter([I, K, J], "SRS", "spgemm", attrs={"workspace": "hash"}) as [i, k, j]:`
+    """
+    primitive = "workspace"
+    if kind not in WORKSPACE_KINDS:
+        raise ScheduleError(f"in `{primitive}`: expected one of {WORKSPACE_KINDS}, but got {kind!r}")
+    it = find_sparse_iteration(func, name, primitive)
+    written = {n.buffer for n in walk(it) if isinstance(n, BufferStore)}
+    if not any(getattr(b, "axes", None) and b.axes[-1].assemble for b in written):
+        raise ScheduleError(
+            f"in `{primitive}`: expected sparse iteration `{name}` to write an assembled output "
+            "(`T.sparse_variable(..., assemble=True)`), but it writes none: its output has no rows to assemble"
+        )
+    return _replace_iteration(func, it, it.replace(attrs=FrozenDict({**it.attrs, "workspace": kind})))
+
+
 # -------------------------------------------------------------------- Schedule methods
 class SparseIterationPrimitives:
     """Mixed into `Schedule`: Stage I primitives (`get_sparse_iteration`, `get_sp_iters`,
-    `sparse_reorder`, `sparse_fuse`), each a call of the pure function above plus a trace entry."""
+    `sparse_reorder`, `sparse_fuse`, `workspace`), each a call of the pure function above plus a trace entry."""
 
     def get_sparse_iteration(self: Schedule, name: str) -> SparseIterationRV:
         """The handle of the sparse iteration called `name` (`T.sp_iter(..., name)`)."""
@@ -325,6 +357,11 @@ class SparseIterationPrimitives:
         order = _resolve(node, new_order, "sparse_reorder")
         self._update(sparse_reorder(self.func, name, order))
         self._record("sparse_reorder", (it,), (_positions(node, order),), ())
+
+    def workspace(self: Schedule, it: SparseIterationRV, kind: str) -> None:
+        """The workspace in which `it` assembles its output's rows; see `sparse.workspace`."""
+        self._update(workspace(self.func, _iteration_name(it, "workspace"), kind))
+        self._record("workspace", (it,), (kind,), ())
 
     def sparse_fuse(self: Schedule, it: SparseIterationRV, iters: Sequence[IterRef]) -> None:
         """Fuse a chain of iterators of `it`; see `sparse.sparse_fuse` for the preconditions."""

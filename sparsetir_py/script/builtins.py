@@ -62,8 +62,12 @@ def sparse_fixed(parent, shape, indices, idtype="int32", sorted=True):
     _only_in_script("sparse_fixed")
 
 
-def sparse_variable(parent, shape, data, idtype="int32", sorted=True):
-    """A compressed level (CSR's columns): `shape=(length, nnz)`, `data=(indptr, indices)`."""
+def sparse_variable(parent, shape, data, idtype="int32", sorted=True, assemble=False):
+    """A compressed level (CSR's columns): `shape=(length, nnz)`, `data=(indptr, indices)`.
+
+    `assemble=True` declares the level of an output whose structure the kernel assembles (a
+    symbolic pass, a prefix sum, a numeric pass): the caller passes no indptr, indices, nnz or
+    values for it and receives them from the kernel (the design card §3f)."""
     _only_in_script("sparse_variable")
 
 

@@ -370,7 +370,7 @@ class Parser:
         """Buffers declared with `encoding=` move onto their encoding's level axes (MLIR style)."""
         if not self.encoded:
             return func
-        from ..transform.expand_encoded_buffers import expand_encoded_buffers
+        from ..format.mlir.expand import expand_encoded_buffers
 
         for buf, (enc, node) in self.encoded.items():
             try:
@@ -405,6 +405,13 @@ class Parser:
 
     def decl_axis(self, st: ast.Assign, name: str) -> ir.Axis:
         target = self.target_name(st)
+        assemble = next((k for k in st.value.keywords if k.arg == "assemble"), None)
+        if assemble is not None and name != "sparse_variable":
+            raise self.fail(
+                assemble,
+                f"`assemble=True` applies to `T.sparse_variable` (an output's compressed level), not `T.{name}`: "
+                "a dense level has no structure to assemble",
+            )
         args = self.bind(st.value, name)
         kind = AXIS_DECLS[name]
         idtype = self.dtype_arg(args["idtype"], "index dtype", dt.INDEX_DTYPES)
@@ -418,6 +425,11 @@ class Parser:
             if not isinstance(is_sorted, bool):
                 raise self.fail(args["sorted"], "`sorted` must be True or False")
             fields: dict[str, Any] = {"parent": parent, "idtype": idtype, "sorted": is_sorted}
+            if args.get("assemble") is not None:
+                assemble = self.literal(args["assemble"])
+                if not isinstance(assemble, bool):
+                    raise self.fail(args["assemble"], "`assemble` must be True or False")
+                fields["assemble"] = assemble
             if kind == DENSE_VARIABLE:
                 fields.update(nnz=count, indptr=self.handle_ref(args["indptr"]))
             elif kind == SPARSE_FIXED:

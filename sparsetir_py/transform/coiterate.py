@@ -20,13 +20,21 @@ every stored A is visited as before, and B is found by a second pointer that onl
 instead of a binary search per entry; there the expression is evaluated as written, B reading its
 default where it stores nothing, so the result is the dense semantics exactly.
 
+More than two operands (`A[i, j] * B[i, j] * D[i, j]`, `A + B + D`) merge the same way, one
+pointer each: an intersection lattice leapfrogs (the pointers behind the greatest coordinate catch
+up, one step each, until all meet), any other walks the least coordinate of all rows, updates with
+the operands stored there (the others read as 0) where the lattice has that point, and moves the
+pointers that stood on it. Where the iterator walks A's own level, each other operand has a
+forward pointer of its own.
+
 What it takes (`match`; anything else keeps the search lowering): the iteration's last iterator
 is a reduction over a dense-fixed axis (or over A's sorted compressed level) and the others are
 spatial; the body is one update
 `X[e] = X[e] + E` with `e` free of that iterator; `E` is made of `+`, `-`, `*`, constants and
-loads, and reads the iterator only as the last coordinate of exactly two sparse buffers (default
-value 0) whose last axes are different sorted compressed levels (`sparse_variable`), indexed
-before it by the iterators of their parent axes, in order; and `E` is 0 where neither is stored.
+loads, and reads the iterator only as the last coordinate of two to `MAX_OPERANDS` sparse buffers
+(default value 0) whose last axes are different sorted compressed levels (`sparse_variable`) of one
+parent, indexed before it by the iterators of their parent axes, in order; and `E` is 0 where none
+is stored.
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ from ..ir.stmt import BufferStore, IfThenElse, SparseIteration, Stmt, While, seq
 from ..ir.visit import walk
 
 _OPS = ("+", "-", "*")
+#: The most sparse operands one merge co-iterates (their names in lattice expressions: A, B, C, ...).
+MAX_OPERANDS = 8
+NAMES = "ABCDEFGH"
 
 
 @dataclass(frozen=True)
@@ -50,8 +61,8 @@ class CoIteration:
 
     iteration: SparseIteration
     store: BufferStore
-    operands: tuple[BufferLoad, BufferLoad]  # A[..., j] and B[..., j], as written
-    tree: tuple  # the update's expression, operands named "A" and "B", other leaves "s<k>"
+    operands: tuple[BufferLoad, ...]  # A[..., j], B[..., j], ... as written
+    tree: tuple  # the update's expression, operands named "A", "B", ..., other leaves "s<k>"
     leaves: dict[str, PrimExpr]
     lattice: Lattice
     own: bool = False  # the iterator walks A's own level (every stored A), not a dense axis
@@ -79,33 +90,35 @@ def match(it: SparseIteration) -> CoIteration | None:
     operands: list[BufferLoad] = []
     leaves: dict[str, PrimExpr] = {}
     tree = _tree(increment, j, it, operands, leaves)
-    if tree is None or len(operands) != 2:
+    if tree is None or len(operands) < 2:
         return None
     if own:
-        # The iteration walks one operand's own level (A's); B is found by the merge's second
-        # pointer instead of a search per coordinate.
-        if operands[1].buffer.axes[-1] is last:
-            operands.reverse()
-            tree = _swap(tree)
-        if operands[0].buffer.axes[-1] is not last:
+        # The iteration walks one operand's own level (A's); the others are found by pointers of
+        # their own that only move forward, instead of a search per coordinate.
+        mine = [t for t, op in enumerate(operands) if op.buffer.axes[-1] is last]
+        if not mine:
             return None
+        order = [mine[0], *(t for t in range(len(operands)) if t != mine[0])]
+        tree = _rename(tree, {NAMES[old]: NAMES[new] for new, old in enumerate(order)})
+        operands = [operands[t] for t in order]
     axes = [op.buffer.axes[-1] for op in operands]
-    if axes[0] is axes[1] or axes[0].parent is not axes[1].parent:
+    if len(set(axes)) != len(axes) or any(a.parent is not axes[0].parent for a in axes):
         return None
+    names = set(NAMES[: len(operands)])
     if not own and any(op.buffer.default_value != 0 for op in operands):
         return None  # an unstored coordinate reads a nonzero: the lattice's reasoning does not hold
-    if not own and simplify_absent(tree, {"A", "B"}) != ZERO:
-        return None  # nonzero where neither is stored (`A * B + 1`): every coordinate counts
-    return CoIteration(it, store, tuple(operands), tree, leaves, lattice_of(tree), own)
+    if not own and simplify_absent(tree, names) != ZERO:
+        return None  # nonzero where none is stored (`A * B + 1`): every coordinate counts
+    return CoIteration(it, store, tuple(operands), tree, leaves, lattice_of(tree, len(operands)), own)
 
 
-def _swap(tree: tuple) -> tuple:
-    """`tree` with the operand names A and B exchanged."""
+def _rename(tree: tuple, names: dict[str, str]) -> tuple:
+    """`tree` with its operand names mapped through `names`."""
     if tree[0] == "name":
-        return ("name", {"A": "B", "B": "A"}.get(tree[1], tree[1]))
+        return ("name", names.get(tree[1], tree[1]))
     if tree[0] == "num":
         return tree
-    return (tree[0], *(_swap(t) for t in tree[1:]))
+    return (tree[0], *(_rename(t, names) for t in tree[1:]))
 
 
 def _increment(value: PrimExpr, current: BufferLoad) -> PrimExpr | None:
@@ -119,8 +132,8 @@ def _increment(value: PrimExpr, current: BufferLoad) -> PrimExpr | None:
     return None if rest is None else BinOp(value.op, rest, value.b)
 
 
-def lattice_of(tree: tuple) -> Lattice:
-    return lattice(render(tree), ("A", "B"))
+def lattice_of(tree: tuple, count: int = 2) -> Lattice:
+    return lattice(render(tree), tuple(NAMES[:count]))
 
 
 def _uses(e: PrimExpr, v: Var) -> bool:
@@ -135,11 +148,11 @@ def _tree(e: PrimExpr, j: Var, it: SparseIteration, operands: list, leaves: dict
         return None if a is None or b is None else (e.op, a, b)
     if isinstance(e, BufferLoad) and _uses_any(e, j):
         if e in operands:  # the same operand read again
-            return ("name", "AB"[operands.index(e)])
-        if not _operand(e, j, it) or len(operands) == 2:
+            return ("name", NAMES[operands.index(e)])
+        if not _operand(e, j, it) or len(operands) == MAX_OPERANDS:
             return None
         operands.append(e)
-        return ("name", "AB"[len(operands) - 1])
+        return ("name", NAMES[len(operands) - 1])
     if _uses_any(e, j):
         return None
     name = f"s{len(leaves)}"
@@ -180,6 +193,8 @@ def lower(low, co: CoIteration) -> Stmt:
         chain = tuple(low.iters[v].chain[-1] for v in op.indices[:-1])
         pos = FlatBuffer(low.fresh(f"p_{op.buffer.name}"), (IntImm(1, "int32"),), axis.idtype, scope="local")
         rows.append((op, axis, chain, pos, low.row_extent(axis, parent.gpos)))
+    if len(rows) > 2:
+        return _lower_many(low, co, init, rows)
     (a, ax_a, chain_a, pa, end_a), (b, ax_b, chain_b, pb, end_b) = rows
     at_a, at_b = BufferLoad(pa, (IntImm(0, "int32"),)), BufferLoad(pb, (IntImm(0, "int32"),))
     ja = mk.cast("int64", BufferLoad(low.indices[ax_a], (*chain_a, at_a)))
@@ -254,3 +269,89 @@ def _expr(tree: tuple, env: dict[str, PrimExpr]) -> PrimExpr:
     if kind == "neg":
         return mk.neg(_expr(tree[1], env))
     return mk.binop(kind, _expr(tree[1], env), _expr(tree[2], env))
+
+
+def _lower_many(low, co: CoIteration, init: Stmt | None, rows: list) -> Stmt:
+    """The merge of three or more operands (module docstring), one pointer per operand and the
+    row's current coordinate `jm` in a local buffer (computed once per step, before any pointer
+    moves)."""
+    zero = IntImm(0, "int32")
+    names = NAMES[: len(rows)]
+    at = [BufferLoad(pos, (zero,)) for _, _, _, pos, _ in rows]
+    end = [e for *_, e in rows]
+    head = [mk.cast("int64", BufferLoad(low.indices[axis], (*chain, p))) for (_, axis, chain, _, _), p in zip(rows, at)]
+    load = [BufferLoad(op.buffer, (*chain, p)) for (op, _, chain, _, _), p in zip(rows, at)]
+    advance = [BufferStore(pos, (zero,), mk.add(p, IntImm(1, axis.idtype))) for (_, axis, _, pos, _), p in
+               zip(rows, at)]  # fmt: skip
+    # The positions (and the coordinate) are the enclosing block's own buffers (see `lower`).
+    low.block_allocs.extend(pos for *_, pos, _ in rows)
+    starts = [BufferStore(pos, (zero,), IntImm(0, axis.idtype)) for _, axis, _, pos, _ in rows]
+    leaves = {k: low.translate_expr(v) for k, v in co.leaves.items()}
+    indices = tuple(low.translate_expr(e) for e in co.store.indices)
+    target = co.store.buffer
+
+    def update(env: dict[str, PrimExpr]) -> Stmt:
+        value = mk.cast(target.dtype, _expr(co.tree, {**leaves, **env}))
+        return BufferStore(target, indices, mk.add(BufferLoad(target, indices), value))
+
+    def fold(op: str, xs: list[PrimExpr]) -> PrimExpr:
+        out = xs[0]
+        for x in xs[1:]:
+            out = BinOp(op, out, x)
+        return out
+
+    if co.own:
+        # Every stored A in order; each other operand's pointer first moves past smaller
+        # coordinates, then reads where it stands on A's coordinate and its default elsewhere.
+        seeks = [While(mk.and_(mk.cmp("<", at[t], end[t]), mk.cmp("<", head[t], head[0])), advance[t])
+                 for t in range(1, len(rows))]  # fmt: skip
+        env = {names[0]: load[0]}
+        for t in range(1, len(rows)):
+            found = mk.and_(mk.cmp("<", at[t], end[t]), mk.cmp("==", head[t], head[0]))
+            buf = co.operands[t].buffer
+            env[names[t]] = Select(found, load[t], const(buf.default_value, buf.dtype))
+        return seq(init, *starts, While(mk.cmp("<", at[0], end[0]), seq(*seeks, update(env), advance[0])))
+    jm_buf = FlatBuffer(low.fresh("j_merge"), (IntImm(1, "int32"),), "int64", scope="local")
+    jm = BufferLoad(jm_buf, (zero,))
+    low.block_allocs.append(jm_buf)
+    if co.lattice.kind == "intersection":
+        # Leapfrog: a point where every pointer stands on the greatest coordinate.
+        inside = fold("and", [mk.cmp("<", at[t], end[t]) for t in range(len(rows))])
+        meet = fold("and", [mk.cmp("==", h, jm) for h in head])
+        behind = [IfThenElse(mk.cmp("<", head[t], jm), advance[t]) for t in range(len(rows))]
+        step = seq(BufferStore(jm_buf, (zero,), fold("max", head)),
+                   IfThenElse(meet, seq(update(dict(zip(names, load))), *advance), seq(*behind)))  # fmt: skip
+        return seq(init, *starts, While(inside, step))
+    # Union: the least coordinate of the rows that have one left; the operands standing on it are
+    # stored there, the others read 0.
+    far = const(2**62, "int64")
+    heads = [Select(mk.cmp("<", at[t], end[t]), head[t], far) for t in range(len(rows))]
+    stored = [mk.and_(mk.cmp("<", at[t], end[t]), mk.cmp("==", head[t], jm)) for t in range(len(rows))]
+    env = {}
+    for t, name in enumerate(names):
+        buf = co.operands[t].buffer
+        env[name] = Select(stored[t], load[t], const(0, buf.dtype))
+    present = _presence(co.tree, dict(zip(names, stored)))
+    step = seq(
+        BufferStore(jm_buf, (zero,), fold("min", heads)),
+        IfThenElse(present, update(env)) if present is not None else update(env),
+        *[IfThenElse(stored[t], advance[t]) for t in range(len(rows))],
+    )
+    remaining = fold("or", [mk.cmp("<", at[t], end[t]) for t in range(len(rows))])
+    return seq(init, *starts, While(remaining, step))
+
+
+def _presence(tree: tuple, stored: dict[str, PrimExpr]) -> PrimExpr | None:
+    """Where `tree` is not 0 for want of stored operands, as a condition over which operands are
+    stored (None: everywhere). A product needs both factors, a sum either term."""
+    kind = tree[0]
+    if kind == "name":
+        return stored.get(tree[1])
+    if kind == "num":
+        return None if tree[1] != 0 else const(False, "bool")
+    if kind == "neg":
+        return _presence(tree[1], stored)
+    a, b = _presence(tree[1], stored), _presence(tree[2], stored)
+    if kind == "*":
+        return mk.and_(a, b)
+    return None if a is None or b is None else mk.or_(a, b)

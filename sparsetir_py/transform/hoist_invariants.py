@@ -108,8 +108,50 @@ class _Hoister:
     def loop(self, f: For) -> Stmt:
         body = self.stmt(f.body)
         f = f.replace(body=body)
-        if not (isinstance(f.extent, IntImm) and f.extent.value > 0):
+        runs = isinstance(f.extent, IntImm) and f.extent.value > 0
+        if not runs and f.kind != "serial":
             return f
+        # A serial loop of unknown extent: what moves out of it goes under `if extent > 0`, so it is
+        # evaluated only where the loop would have run at least once.
+        ran = None if runs else mk.cmp(">", f.extent, IntImm(0, f.extent.dtype))
+        guard, f = self.unswitch(f)
+        if guard is not None or ran is not None:
+            out = self.hoist(f, unconditional=True)
+            condition = mk.conjunction([c for c in (ran, guard) if c is not None])
+            return f if out is f and guard is None else IfThenElse(condition, out)
+        return self.hoist(f)
+
+    def unswitch(self, f: For) -> tuple[PrimExpr | None, For]:
+        """A serial loop whose body is one block guarded by a predicate that does not change in the
+        loop (`T.where(I_indices[vo] < m and J_indices[vo * 8 + vj] < n)` around the feature loop of
+        an ELL slot) tests it once, before the loop: (the predicate, the loop with an unguarded
+        block), or (None, the loop). The predicate is written with the block's bindings; it may read
+        only buffers the loop does not write. (Loop unswitching: the feature loop then vectorises.)"""
+        blk = f.body
+        if f.kind != "serial" or not isinstance(blk, Block) or blk.init is not None:
+            return None, f
+        guarded = isinstance(blk.body, IfThenElse) and blk.body.else_case is None
+        if blk.predicate is None and not guarded:
+            return None, f
+        conditions = [c for c in (blk.predicate, blk.body.condition if guarded else None) if c is not None]
+        inner, aliases = _bound_in(blk.body)
+        inner.add(f.loop_var)
+        aliases.update({iv.var: iv.value for iv in blk.iter_vars})
+        predicate = _resolve(mk.conjunction(conditions), aliases)
+        written = {n.buffer for n in walk(blk) if isinstance(n, BufferStore | AtomicAdd)}
+        if any(isinstance(n, Var) and n in inner for n in walk(predicate)):
+            return None, f
+        if any(isinstance(n, BufferLoad) and n.buffer in written for n in walk(predicate)):
+            return None, f
+        body = blk.body.then_case if guarded else blk.body
+        return predicate, f.replace(body=blk.replace(predicate=None, body=body))
+
+    def hoist(self, f: For, unconditional: bool = False) -> Stmt:
+        """Loads of read-only buffers that do not change in `f` bound before it (`unconditional`:
+        the caller guards the result so that it runs only where `f` runs at least once)."""
+        if not unconditional and not (isinstance(f.extent, IntImm) and f.extent.value > 0):
+            return f
+        body = f.body
         inner, aliases = _bound_in(body)
         inner.add(f.loop_var)
         loads: list[BufferLoad] = []

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..coiteration import assemble
 from ..errors import LoweringError, VerifyError
 from ..format.storage import n_positions
 from ..ir import make as mk
@@ -548,5 +549,10 @@ def lower_sparse_iter(mod: PrimFunc | IRModule) -> IRModule:
     verify_cached(mod)  # a named error for ill-formed input, not a wrong lowering
     out = {}
     for name, func in mod.items():
+        if func.stage == 1 and any(a.assemble for a in func.axes):
+            # An assembled output: the symbolic and numeric kernels of `coiteration`, one function
+            # each, that `build` runs in order with the host's prefix sum between them.
+            out.update(assemble.lower(func))
+            continue
         out[name] = Lowering(func).run() if func.stage == 1 else func
     return IRModule(FrozenDict(out))

@@ -13,6 +13,7 @@ import scipy.sparse
 from bench.measure import (
     RTOL,
     bytes_moved,
+    bytes_with_reuse,
     check_result,
     dense_operand,
     geomean,
@@ -140,6 +141,40 @@ def test_bytes_moved_model():
     assert bytes_moved("spmm", m, n, nnz, w, index_bytes=8) == bytes_moved("spmm", m, n, nnz, w) + 4 * (nnz + m + 1)
     with pytest.raises(ValueError, match="expected op"):
         bytes_moved("spmv", m, n, nnz, w)
+
+
+def test_traffic_per_format():
+    """One CSR part is CSR's traffic; ELL counts its padding slots; BSR reads one index and b rows
+    of B per b x b block; the roofline uses the format's own model."""
+    import scipy.sparse as sps
+
+    import format_rules
+    from bench.libraries import format_traffic
+    from bench.measure import Traffic
+
+    rng = np.random.default_rng(0)
+    A = sps.random(40, 30, density=0.2, format="csr", random_state=rng, dtype=np.float32)
+    A = (A + sps.eye(40, 30, format="csr", dtype=np.float32)).tocsr()  # no empty row
+    m, nnz = A.shape[0], A.nnz
+    for op in ("spmm", "sddmm"):
+        assert Traffic.of_parts(op, [(nnz, m)]) == Traffic.csr(op, m, nnz)
+        ell = Traffic(**format_traffic(op, A, format_rules.SHIPPED["ell"], {"buckets": [2, 4, 16]}, blocks=False))
+        lengths = np.diff(A.indptr)
+        slots = sum(int(np.sum((lengths > lo) & (lengths <= hi))) * hi for lo, hi in [(0, 2), (2, 4), (4, 16)])
+        assert ell.values == ell.gathers == slots > nnz  # padding slots read too
+        assert ell.row_writes == (m if op == "spmm" else 0)  # buckets own disjoint rows
+    hyb = Traffic(**format_traffic("spmm", A, format_rules.SHIPPED["hyb"], {"num_col_parts": 2}, blocks=False))
+    assert m < hyb.row_writes <= 3 * m  # rows the second column part adds into are read back
+    blocks = sps.kron(sps.random(10, 10, density=0.3, random_state=rng), np.ones((3, 3)), format="bsr").tocsr()
+    stored = sps.bsr_matrix(blocks, blocksize=(3, 3)).indices.size
+    bsr = Traffic(**format_traffic("spmm", blocks, format_rules.SHIPPED["bsr"], {"block_size": 3}, blocks=True))
+    assert (bsr.values, bsr.gathers, bsr.row_writes) == (9 * stored, 3 * stored, 30)
+    assert bsr.indices == stored + 10 + 1
+    csr = Traffic.csr("spmm", 30, blocks.nnz)
+    assert bsr.bytes(64) < csr.bytes(64)  # a third of the gathers of B
+    assert bytes_with_reuse("spmm", 30, 30, blocks.nnz, 64, touched=30, traffic=bsr) < bsr.bytes(64)
+    with pytest.raises(ValueError, match="expected op"):
+        Traffic.of_parts("spmv", [(1, 1)])
 
 
 def test_geomean():

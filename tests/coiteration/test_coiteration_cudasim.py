@@ -77,15 +77,50 @@ def run(out: Path) -> None:
         results[f"{name}: add"] = same(add(A, D, 2.0, -1.0, target="cuda"), pattern(A) + pattern(D), 2 * A64 - D)
         both = pattern(A).multiply(pattern(D))
         results[f"{name}: multiply"] = same(multiply(A, D, target="cuda"), both, A64.multiply(D))
+    results.update(assembled_scripts())
     out.with_suffix(".json").write_text(json.dumps(results))
     np.savez(out, done=np.ones(1))
+
+
+def assembled_scripts() -> dict[str, str]:
+    """Scripts with an assembled output (`test_assemble.py`) compiled for CUDA, their rows in
+    global-memory workspaces (`sch.workspace(it, "global")`, a Stage I schedule step)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_assemble import as_csr, ewise_args, ewise_script, spgemm_args, spgemm_script
+
+    import sparsetir_py as sp
+
+    def schedule(sch):
+        from schedules.spgemm import cuda_chunks
+
+        cuda_chunks(sch)
+
+    def stage1(sch):
+        name = "spgemm" if "spgemm" in sch.func.name else "ewise"
+        sch.workspace(sch.get_sparse_iteration(name), "global")
+
+    schedule.stage1 = stage1
+    results = {}
+    for name, (A, B) in list(matrices().items())[-3:]:
+        A, B = scipy.sparse.csr_matrix(A, dtype=np.float32), scipy.sparse.csr_matrix(B, dtype=np.float32)
+        A.indices, A.indptr = A.indices.astype(np.int32), A.indptr.astype(np.int32)
+        B.indices, B.indptr = B.indices.astype(np.int32), B.indptr.astype(np.int32)
+        out = sp.compile(spgemm_script(), "cuda", schedule=schedule)(**spgemm_args(A, B))
+        A64, B64 = scipy.sparse.csr_matrix(A, dtype=np.float64), scipy.sparse.csr_matrix(B, dtype=np.float64)
+        shape = (A.shape[0], B.shape[1])
+        results[f"{name}: script spgemm"] = same(as_csr(out, shape), pattern(A) @ pattern(B), A64 @ B64)
+        D = scipy.sparse.random(*A.shape, 0.5, format="csr", random_state=3, dtype=np.float32)
+        E = scipy.sparse.random(*A.shape, 0.5, format="csr", random_state=4, dtype=np.float32)
+        out = sp.compile(ewise_script("X0 + X1 - X2", 3), "cuda", schedule=schedule)(**ewise_args([A, D, E]))
+        results[f"{name}: script add3"] = same(as_csr(out, A.shape), pattern(A) + pattern(D) + pattern(E), A64 + D - E)
+    return results
 
 
 def test_operators_under_the_simulator(tmp_path_factory):
     from cuda_support import simulated_run
 
     results, _ = simulated_run(tmp_path_factory, "coiteration", Path(__file__))
-    assert len(results) == 6 * 8
+    assert len(results) == 6 * 8 + 2 * 3
     assert {k: v for k, v in results.items() if v != "ok"} == {}
 
 
@@ -102,6 +137,13 @@ def test_kernels_compile_to_ptx():
     for name in ("count", "numeric", "masked", "add", "multiply", "compact", "same_add"):
         ptx = kernel(name, "int32", "float32", target="cuda").ptx(cc=(8, 0))
         assert ".visible .entry" in ptx and ".target sm_80" in ptx, name
+    from test_assemble import ewise_script
+
+    import sparsetir_py as sp
+
+    for text in ("X0 + X1 - X2",):  # the k-operand merge of an assembled script
+        ptx = sp.compile(ewise_script(text, 3), "cuda").kernels["merge"].ptx(cc=(8, 0))
+        assert ".visible .entry" in ptx, text
 
 
 if __name__ == "__main__":

@@ -1609,3 +1609,42 @@ def test_verify_fail_extra_storage_needs_one_dimensional_storage():
         verify(s.func())
     s.buffers[-1] = SparseBuffer("X", (s.I, s.J), "float32", x, extra_storage=i32(1))
     verify(s.func())
+
+
+ASSEMBLED = """
+from sparsetir_py import script as T
+
+@T.prim_func
+def f(a: T.handle, pa: T.handle, qa: T.handle, c: T.handle, pc: T.handle, qc: T.handle, m: T.int32, n: T.int32,
+      nnz_a: T.int32, nnz_c: T.int32):
+    I = T.dense_fixed(m)
+    J = T.dense_fixed(n)
+    JA = T.sparse_variable(I, (n, nnz_a), (pa, qa), "int32"ASSEMBLE_A)
+    JC = T.sparse_variable(PARENT, (n, nnz_c), (pc, qc), "int32", assemble=True)
+    A = T.match_sparse_buffer(a, (I, JA), "float32")
+    C = T.match_sparse_buffer(c, C_AXES, "float32")
+    with T.sp_iter([I, J], "SS", "s") as [i, j]:
+        BODY
+"""
+
+
+@pytest.mark.parametrize(
+    "parent, axes, assemble_a, body, msg",
+    [
+        ("JA", "(I, JA, JC)", "", "C[i, 0, j] = A[i, j]", "expected a sparse_variable level under a dense_fixed root"),
+        ("I", "(I, JC)", ", assemble=True", "C[i, j] = A[i, j]", "`A` is over the assembled axis `JA` but the"),
+        ("I", "(I, JC)", "", "A[i, j] = C[i, j]", "`C` is over the assembled axis `JC` but the function never writes"),
+        ("I", "(I, JC)", "", "C[i, j] = A[i, j] * C[i, 0]", r"`C\[i, 0\]` reads the assembled output `C`"),
+    ],
+)
+def test_verify_fail_assemble(parent, axes, assemble_a, body, msg):
+    """An assembled level (`assemble=True`) declares an output's structure: under a dense root,
+    the last axis of a buffer the function writes and reads only in updates of that element."""
+    from sparsetir_py import from_script
+    from sparsetir_py.ir.verify import AssembleError
+
+    text = ASSEMBLED.replace("PARENT", parent).replace("C_AXES", axes).replace("ASSEMBLE_A", assemble_a)
+    with pytest.raises(AssembleError, match=msg):
+        verify(from_script(text.replace("BODY", body)))
+    good = ASSEMBLED.replace("PARENT", "I").replace("C_AXES", "(I, JC)").replace("ASSEMBLE_A", "")
+    verify(from_script(good.replace("BODY", "C[i, j] = A[i, j] * 2.0")))

@@ -1,5 +1,6 @@
 """Co-iteration in `lower_sparse_iter` (`transform/coiterate.py`): a reduction over a dense
-iterator that reads two sparse buffers at it lowers to a two-pointer merge of their rows.
+iterator that reads two sparse buffers at it lowers to a two-pointer merge of their rows (three
+operands: one pointer each, at the end of this file).
 
 The script computes one value per row from two CSR matrices of one shape, `c[i] = sum_j E(A[i,
 j], B[i, j])`, with `E` intersection-shaped (`A * B`) or union-shaped (`A + B`, `2 * A - B * A`).
@@ -222,3 +223,65 @@ def test_own_level_keeps_the_dense_semantics_of_non_finite_values():
         results.append(c)
     np.testing.assert_array_equal(results[0], [np.nan, 2.0])
     np.testing.assert_array_equal(results[1], results[0])
+
+
+# ------------------------------------------------------------------ three operands
+THREE = """
+from sparsetir_py import script as T
+
+@T.prim_func
+def rowwise3(a: T.handle, pa: T.handle, qa: T.handle, b: T.handle, pb: T.handle, qb: T.handle, d: T.handle,
+             pd: T.handle, qd: T.handle, c: T.handle, m: T.int32, n: T.int32, na: T.int32, nb: T.int32, nd: T.int32):
+    I = T.dense_fixed(m)
+    J = T.dense_fixed(n)
+    JA = T.sparse_variable(I, (n, na), (pa, qa), "int32")
+    JB = T.sparse_variable(I, (n, nb), (pb, qb), "int32")
+    JD = T.sparse_variable(I, (n, nd), (pd, qd), "int32")
+    A = T.match_sparse_buffer(a, (I, JA), "float64")
+    B = T.match_sparse_buffer(b, (I, JB), "float64")
+    D = T.match_sparse_buffer(d, (I, JD), "float64")
+    C = T.match_sparse_buffer(c, (I,), "float64")
+    with T.sp_iter([ITER], "SR", "rowwise3") as [i, j]:
+        with T.init():
+            C[i] = 0.0
+        C[i] = C[i] + EXPR
+"""
+THREE_EXPRESSIONS = {  # with the dense iterator J: every expression vanishes where nothing is stored
+    "A[i, j] * B[i, j] * D[i, j]": lambda A, B, D: A.multiply(B).multiply(D),
+    "A[i, j] + B[i, j] - D[i, j]": lambda A, B, D: A + B - D,
+    "A[i, j] * B[i, j] + 3.0 * D[i, j]": lambda A, B, D: A.multiply(B) + 3 * D,
+}
+
+
+@pytest.mark.parametrize("own", [False, True])
+@pytest.mark.parametrize("expr", sorted(THREE_EXPRESSIONS))
+def test_three_operands_merge(expr, own):
+    """Three operands merge with one pointer each (leapfrog for the product, the least coordinate
+    for the others), or, over A's own level, with forward pointers for B and D; the interpreters
+    and the kernel agree with scipy on rows that are empty in some operands and not others."""
+    func = sp.from_script(THREE.replace("EXPR", expr).replace("ITER", "I, JA" if own else "I, J"))
+    mod = sp.lower_sparse_iter(func)
+    assert merged(mod)
+    assert sp.structural_equal(sp.from_script(mod["main"].script()), mod["main"])
+    rng = np.random.default_rng(len(expr) + own)
+    mats = []
+    for t in range(3):
+        mask = rng.random((9, 13)) < 0.4
+        mask[t * 2 : t * 2 + 2] = False  # rows empty in one operand only
+        mask[8] = False  # and a row empty in all
+        mats.append(make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), "int32", "float64"))
+    args = {"m": 9, "n": 13}
+    for name, M in zip("abd", mats):
+        args |= {name: M.data, f"p{name}": M.indptr, f"q{name}": M.indices, f"n{name}": M.nnz}
+    A, B, D = mats
+    want = THREE_EXPRESSIONS[expr](A, B, D)
+    if own:
+        want = want.multiply(pattern(A))  # over A's level only A's coordinates count
+    want = np.asarray(want.sum(axis=1)).reshape(-1)
+    runs = [lambda c: sp.interpret(func, c=c, **args), lambda c: sp.interpret(mod, c=c, **args)]
+    if expr.startswith("A[i, j] + B") and not own:  # one compiled kernel (the loop interpreter runs the rest)
+        runs.append(lambda c: sp.compile(func)(c=c, **args))
+    for run in runs:
+        c = np.full(9, np.nan)
+        run(c)
+        np.testing.assert_allclose(c, want, rtol=1e-10, atol=1e-12)

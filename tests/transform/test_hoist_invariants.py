@@ -31,7 +31,9 @@ def test_hoisting_binds_invariant_loads_before_a_constant_loop():
     g = hoist_loop_invariants(f)["main"]
     sp.verify(g)
     lets = [n for n in walk(g.body) if isinstance(n, ir.LetStmt)]
-    assert {let.value.buffer.name for let in lets} == {"A", "J_indices"}
+    # A's value and column out of the feature loop; the row's start out of the loop over its
+    # nonzeros (an extent known at run time only: under `if J_indptr[vi + 1] - J_indptr[vi] > 0`).
+    assert {let.value.buffer.name for let in lets} == {"A", "J_indices", "J_indptr"}
     assert all(isinstance(let.body, ir.For) and let.body.extent == ir.IntImm(4) for let in lets[-1:])
     A = matrix()
     B = np.random.default_rng(0).standard_normal((13, 4)).astype(np.float32)
@@ -41,10 +43,56 @@ def test_hoisting_binds_invariant_loads_before_a_constant_loop():
         np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-6)
 
 
-def test_hoisting_leaves_loops_of_unknown_extent_alone():
-    """With `feat` a run-time value the feature loop may run zero times: nothing moves."""
+def test_hoisting_out_of_loops_of_unknown_extent_is_guarded():
+    """With `feat` a run-time value the feature loop may run zero times: what moves out of it is
+    bound under `if feat > 0` (nothing is read that the loop would not read); results equal for
+    feat 0, 1 and 5, and with an empty row."""
     f = stage3(spmm_script())
-    assert not any(isinstance(n, ir.LetStmt) for n in walk(hoist_loop_invariants(f)["main"].body))
+    g = hoist_loop_invariants(f)["main"]
+    sp.verify(g)
+    guards = [n for n in walk(g.body) if isinstance(n, ir.IfThenElse) and "feat" in str(n.condition)]
+    assert guards and all(isinstance(n.then_case, ir.LetStmt) for n in guards)
+    keep = np.ones(17, np.float32)
+    keep[3] = 0  # an empty row
+    A = (sps.diags(keep) @ matrix()).tocsr()
+    A.eliminate_zeros()
+    A.sort_indices()
+    for feat in (0, 1, 5):
+        B = np.random.default_rng(feat).standard_normal((13, feat)).astype(np.float32)
+        outs = []
+        for h in (f, g):
+            C = np.full((17, feat), np.nan, np.float32)
+            sp.interpret(h, a=A.data, b=B, c=C, indptr=A.indptr, indices=A.indices, m=17, n=13, feat=feat, nnz=A.nnz)
+            outs.append(C)
+        np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6)
+        np.testing.assert_allclose(outs[1], A @ B, rtol=1e-5, atol=1e-6)
+
+
+def test_an_invariant_guard_leaves_the_feature_loop():
+    """ELL buckets pad rows with columns past the matrix, and each slot's update is guarded
+    (`I_indices < m and J_indices < n`). The guard does not change over the features, so it is
+    tested once before the feature loop (unswitching) and the loop body is the bare update."""
+    import format_rules
+
+    A = matrix()
+    rules = format_rules.ell.rules(A, [1, 2, 8])
+    f = stage3(sp.remove_preprocess(sp.decompose_format(spmm_script(), rules)))
+    g = hoist_loop_invariants(f)["main"]
+    sp.verify(g)
+    guarded = [n for n in walk(f.body) if isinstance(n, ir.For) and n.loop_var.name.startswith("k_")]
+    assert any(isinstance(n, ir.IfThenElse) for k in guarded for n in walk(k.body))  # before
+    features = [n for n in walk(g.body) if isinstance(n, ir.For) and n.loop_var.name.startswith("k_")]
+    assert features and not any(isinstance(n, ir.IfThenElse) for k in features for n in walk(k.body))
+    assert not any(isinstance(n, ir.Block) and n.predicate is not None for k in features for n in walk(k.body))
+    B = np.random.default_rng(2).standard_normal((13, 3)).astype(np.float32)
+    args = {"b": B, "m": 17, "n": 13, "feat": 3, **sp.format.convert(A, rules)}
+    outs = []
+    for h in (f, g):
+        C = np.full((17, 3), np.nan, np.float32)
+        sp.interpret(h, c=C, **{k: v for k, v in args.items() if k in {p.name for p in h.params}})
+        outs.append(C)
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6)
+    np.testing.assert_allclose(outs[1], A @ B, rtol=1e-5, atol=1e-6)
 
 
 def test_accumulation_goes_through_a_register():

@@ -1,0 +1,239 @@
+"""The host side of assembled outputs: what runs between the kernels of `coiteration.kernels`
+(row chunks of equal work, the prefix sum that turns per-row counts into `indptr`, the
+allocation of the output, the compaction of merged rows), shared by `sp.ops.spgemm` / `add` /
+`multiply` and by the `AssembledKernel` that `sp.build` makes of a script with an assembled
+output (`coiteration.assemble`).
+
+    kernel = sp.compile(script)        # a script with `T.sparse_variable(..., assemble=True)`
+    out = kernel(a=..., indptr_a=..., ...)
+    out["indptr_c"], out["indices_c"], out["c"], out["nnz_c"]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+from ..inputs import check_compressed
+
+#: Dense SpGEMM workspaces take 12 bytes per column and chunk; an assembled kernel makes fewer
+#: chunks rather than pass this many bytes of them.
+WORKSPACE_BYTES = 1 << 28
+
+
+def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
+    """Row boundaries of `parts` chunks of equal weight (row `i` weighs `weight_prefix[i + 1] -
+    weight_prefix[i]` plus one, so that empty rows are spread too): int32, `parts + 1` entries."""
+    m = len(weight_prefix) - 1
+    parts = max(1, min(parts, m))
+    cumulative = weight_prefix.astype(np.int64) + np.arange(m + 1, dtype=np.int64)
+    goals = cumulative[-1] * np.arange(parts + 1, dtype=np.int64) // parts
+    # The row boundary nearest to each goal, so that a heavy row across a goal ends its chunk
+    # or starts the next instead of dragging its neighbours along.
+    after = np.minimum(np.searchsorted(cumulative, goals, side="left"), m)
+    before = np.maximum(after - 1, 0)
+    nearer = goals - cumulative[before] < cumulative[after] - goals
+    bounds = np.maximum.accumulate(np.where(nearer, before, after)).astype(np.int32)
+    bounds[0], bounds[-1] = 0, m
+    return bounds
+
+
+def prefix(counts: np.ndarray) -> np.ndarray:
+    """indptr from per-row counts: the prefix sum (int64, so that it cannot wrap)."""
+    indptr = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr
+
+
+def table_size(widest: int) -> int:
+    """Slots of a hash workspace for rows of at most `widest` entries: a power of two, at least
+    twice that (linear probing stays short at half load)."""
+    return 1 << max(1, (2 * widest - 1).bit_length())
+
+
+def work_prefix(a_indptr: np.ndarray, a_indices: np.ndarray, b_indptr: np.ndarray) -> np.ndarray:
+    """The prefix sum of each row's multiply-adds in `A @ B` (the lengths of the rows of B that
+    the row of A selects)."""
+    selected = np.zeros(len(a_indices) + 1, np.int64)
+    np.cumsum(np.diff(b_indptr)[a_indices], out=selected[1:])
+    return selected[a_indptr]
+
+
+class AssembledKernel:
+    """The kernel of a script with an assembled output: the Stage III kernels of its assembly
+    (`coiteration.assemble.Assembly`) run in order with the host steps between them. Called
+    with the script's arguments less the output's (by name, or by position in the script's
+    order); returns the output's arrays keyed by its parameter names: `indptr`, `indices`
+    (sorted within rows), values and, where the script names one, `nnz`."""
+
+    def __init__(self, plan, kernels: dict, target: str):
+        self.plan = plan
+        self.kernels = kernels  #: role -> built Kernel ("spgemm_count", "spgemm_numeric" / "merge", "compact")
+        self.target = target
+        self.source = "\n\n".join(k.source for k in kernels.values())
+        self.specialized: dict = {}
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        return tuple(self.plan.params)
+
+    def __repr__(self) -> str:
+        return f"<AssembledKernel {self.plan.op} ({', '.join(self.kernels)}) target={self.target}>"
+
+    def __call__(self, *args, check_structure: bool = True, threads: int | None = None, **kwargs) -> dict:
+        plan = self.plan
+        if len(args) > len(plan.params):
+            raise InputError(f"the kernel takes {len(plan.params)} arguments, got {len(args)}")
+        values = {**dict(zip(plan.params, args)), **kwargs}
+        out = plan.output
+        given = [n for n in (out["values"], out["indptr"], out["indices"], out["nnz"]) if n in values]
+        if given:
+            raise InputError(f"argument `{given[0]}` belongs to the assembled output: the kernel returns it")
+        for name in values:
+            if name not in plan.params and name not in self.specialized:
+                raise InputError(f"unknown argument `{name}`: the kernel takes {', '.join(plan.params)}")
+        missing = [p for p in plan.params if p not in values and p not in self.specialized]
+        if missing:
+            raise InputError(f"missing argument `{missing[0]}`")
+        values = {**self.specialized, **values}
+        ops = [self._operand(o, values, check_structure) for o in plan.operands]
+        extra = {} if threads is None else {"threads": threads}
+        if plan.op == "spgemm":
+            arrays = self._spgemm(*ops, extra)
+        else:
+            arrays = self._merge(ops, {s: values[s] for s in plan.scalars}, extra)
+        result = {out["indptr"]: arrays[0], out["indices"]: arrays[1], out["values"]: arrays[2]}
+        if out["nnz"] is not None:
+            result[out["nnz"]] = int(arrays[0][-1])
+        return result
+
+    # ---------------------------------------------------------------- operands
+    def _size(self, x, values: dict) -> int:
+        return int(values[x]) if isinstance(x, str) else int(x)
+
+    def _operand(self, o, values: dict, check_structure: bool) -> tuple:
+        """(data, indptr, indices, rows, cols) of operand `o`, checked (`InputError` names the
+        script's argument)."""
+        rows, cols, nnz = (self._size(x, values) for x in (o.rows, o.cols, o.nnz))
+        data, indptr, indices = (values[o.values], values[o.indptr], values[o.indices])
+        for name, arr, dtype in ((o.values, data, self.plan.dtype), (o.indptr, indptr, self.plan.idtype),
+                                 (o.indices, indices, self.plan.idtype)):  # fmt: skip
+            if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype != np.dtype(dtype):
+                raise InputError(f"argument `{name}` must be a 1-D {dtype} array, got {_describe(arr)}")
+        if len(indices) != nnz or len(data) != nnz:
+            raise InputError(f"arguments `{o.indices}` and `{o.values}` must have `nnz` = {nnz} entries")
+        if check_structure:
+            check_compressed("csr", (rows, cols), indptr, indices, data, o.name)
+            if int(indptr[-1]) != nnz:
+                raise InputError(f"argument `{o.indptr}` must end at nnz = {nnz}, got {indptr[-1]}")
+            # Strictly increasing within each row: a step down or a repeat is allowed only where a row starts.
+            bad = indices[1:] <= indices[:-1]
+            starts = indptr[1:-1]
+            bad[starts[(starts > 0) & (starts < nnz)] - 1] = False
+            if bad.any():
+                raise InputError(
+                    f"argument `{o.indices}` (indices of `{o.name}`) is not strictly increasing within a row "
+                    "(the level is declared sorted)"
+                )
+        return data, indptr, indices, rows, cols
+
+    def _parts(self, m: int, n: int, threads) -> int:
+        import numba
+
+        if self.target == "cuda":
+            return max(1, -(-m // 4))
+        t = min(threads or numba.get_num_threads(), numba.get_num_threads())
+        return max(1, min(2 * t, WORKSPACE_BYTES // max(1, 12 * n)), t)
+
+    def _workspaces(self, parts: int, n: int, accumulate: bool) -> dict:
+        if self.plan.workspace != "global":
+            return {}
+        out = {"mark_ws": np.zeros(parts * n, np.int32)}
+        if accumulate:
+            out["acc_ws"] = np.zeros(parts * n, self.plan.dtype)
+        return out
+
+    # ---------------------------------------------------------------- the two assemblies
+    def _spgemm(self, a, b, extra: dict) -> tuple:
+        a_data, a_indptr, a_indices, m, k = a
+        b_data, b_indptr, b_indices, k_b, n = b
+        if k != k_b:
+            raise InputError(
+                f"`{self.plan.operands[0].name}` has {k} columns but `{self.plan.operands[1].name}` {k_b} rows"
+            )
+        idtype, dtype = np.dtype(self.plan.idtype), np.dtype(self.plan.dtype)
+        hashed = self.plan.workspace == "hash"
+        parts = self._parts(m, n, extra.get("threads"))
+        work = work_prefix(a_indptr, a_indices, b_indptr) if hashed else None
+        bounds = chunk_bounds(a_indptr if work is None else work, parts)
+        sizes = {"m": m, "k": k, "n": n, "parts": len(bounds) - 1, "nnz_a": len(a_indices), "nnz_b": len(b_indices)}
+        structure = {"a_indptr": a_indptr, "a_indices": a_indices, "b_indptr": b_indptr, "b_indices": b_indices}
+        counts, rows_work = np.empty(m, idtype), np.empty(m, np.int64)
+        hsize = {"hsize": table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
+        self.kernels["spgemm_count"](
+            **structure, **sizes, c_count=counts, c_work=rows_work, bounds=bounds, check_structure=False, **extra,
+            **self._workspaces(sizes["parts"], n, False), **hsize,
+        )  # fmt: skip
+        bounds = chunk_bounds(prefix(rows_work), parts)
+        sizes["parts"] = len(bounds) - 1
+        indptr = prefix(counts)
+        if indptr[-1] > np.iinfo(idtype).max:
+            raise InputError(f"the product has {indptr[-1]} nonzeros, more than the index dtype {idtype} holds")
+        indptr = indptr.astype(idtype)
+        nnz = int(indptr[-1])
+        data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
+        hsize = {"hsize": table_size(int(counts.max(initial=0)))} if hashed else {}
+        self.kernels["spgemm_numeric"](
+            **structure, a_data=a_data, b_data=b_data, **sizes, c_data=data, c_indptr=indptr, c_indices=indices,
+            nnz_c=nnz, bounds=bounds, check_structure=False, **extra, **self._workspaces(sizes["parts"], n, True),
+            **hsize,
+        )  # fmt: skip
+        return indptr, indices, data
+
+    def _merge(self, ops: list, scalars: dict, extra: dict) -> tuple:
+        shapes = {(o[3], o[4]) for o in ops}
+        if len(shapes) != 1:
+            raise InputError(f"the operands must have one shape, got {sorted(shapes)}")
+        ((m, n),) = shapes
+        idtype, dtype = np.dtype(self.plan.idtype), np.dtype(self.plan.dtype)
+        lengths = np.array([np.diff(o[1]) for o in ops], np.int64).reshape(len(ops), m)
+        from .assemble import lattice_of
+
+        lat = lattice_of(self.plan.tree, tuple(f"X{t}" for t in range(len(ops))))
+        # A row writes at most the union of its operands' entries, or the shortest row's for an intersection.
+        room = prefix(lengths.min(axis=0) if lat.kind == "intersection" else lengths.sum(axis=0))
+        if room[-1] > np.iinfo(idtype).max:
+            raise InputError(f"the merged rows need {room[-1]} entries, more than the index dtype {idtype} holds")
+        start = room.astype(idtype)
+        bounds = chunk_bounds(prefix(lengths.sum(axis=0)), self._parts(m, 0, extra.get("threads")))
+        t_data, t_indices, counts = np.empty(int(room[-1]), dtype), np.empty(int(room[-1]), idtype), np.empty(m, idtype)
+        if len(ops) == 2:
+            names = ("a", "b")
+            args = {f"nnz_{x}": len(o[2]) for x, o in zip(names, ops)}
+        else:
+            names = tuple(f"x{t}" for t in range(len(ops)))
+            args = {f"nnz_{x}": len(o[2]) for x, o in zip(names, ops)} | {"n": n}
+        for x, o in zip(names, ops):
+            args |= {f"{x}_data": o[0], f"{x}_indptr": o[1], f"{x}_indices": o[2]}
+        self.kernels["merge"](
+            **args, c_data=t_data, c_indices=t_indices, c_start=start, c_count=counts, bounds=bounds, m=m,
+            parts=len(bounds) - 1, nnz_c=len(t_indices), check_structure=False, **extra,
+            **{s: np.dtype(dtype).type(v) for s, v in scalars.items()},
+        )  # fmt: skip
+        indptr = prefix(counts).astype(idtype)
+        nnz = int(indptr[-1])
+        if nnz == len(t_indices):
+            return indptr, t_indices, t_data
+        data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
+        self.kernels["compact"](
+            t_data=t_data, t_indices=t_indices, t_start=start, c_data=data, c_indices=indices, c_indptr=indptr,
+            bounds=bounds, m=m, parts=len(bounds) - 1, nnz_t=len(t_indices), nnz_c=nnz, check_structure=False,
+            **extra,
+        )  # fmt: skip
+        return indptr, indices, data
+
+
+def _describe(x) -> str:
+    if isinstance(x, np.ndarray):
+        return f"a {x.ndim}-D {x.dtype} array"
+    return type(x).__name__
