@@ -15,13 +15,15 @@ run-time value, so widths 1, 5 and 33 share a kernel:
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse
 
 import format_rules
 import sparsetir_py as sp
-from schedules.bsr import WHOLE_BLOCK
+from schedules.bsr import TILE, WHOLE_BLOCK
 from sparsetir_py.operands import as_csr
 from sparsetir_py.ops import parts
 from sparsetir_py.ops.kernels import KERNELS
@@ -94,12 +96,18 @@ def test_bsr_kernel_is_the_block_product_without_guards():
     A = block_matrix(2, idtype=np.int64, dtype=np.float64)
     sp.ops.spmm(A, np.ones((A.shape[1], 8)), format="bsr", block_size=2)
     sp.ops.spmm(block_matrix(5), np.ones((53, 8), np.float32), format="bsr", block_size=5)
-    for b, cells in ((2, 4), (5, 5)):  # the whole block unrolled; one row of the block (its b cells)
+    # The whole block unrolled (float64: tiles of TILE // 2); one row of the block (its b cells).
+    for b, cells, tile in ((2, 4, TILE // 2), (5, 5, TILE)):
         sources = [k.source for key, k in KERNELS.items() if key.op == "spmm" and f"block_size', {b})" in key.format]
         assert sources
         source = sources[-1]
         assert "m_bsr" in source and " < m " not in source and " < n:" not in source  # no padding guard
-        assert source.count('# block "csrmm_bsr1') == cells
+        # The cells twice: in the full feature tiles (no guard) and in the last, partial one.
+        blocks = [line.strip() for line in source.splitlines() if line.strip().startswith('# block "csrmm_bsr1')]
+        assert len([x for x in blocks if "init" not in x]) == 2 * cells
+        # C is zeroed where each block row is summed (`fold_block_init`), not by a nest of its own.
+        assert any("init" in x for x in blocks) and "csrmm_init" not in source
+        assert len(re.findall(rf"for k\w*_inner in range\({tile}\):", source)) == 1  # the full tiles
 
 
 def test_bsr_inf_in_b():
@@ -172,6 +180,10 @@ def test_values_and_results_round_trip(format, params):
             np.testing.assert_array_equal(values[name], expected)
             outputs["c" + name[1:]][...] = values[name]
         np.testing.assert_array_equal(conversion.stored_values(flat), data)
+        # An SDDMM on `ones` (1 where a slot holds a nonzero) scaled by A's values on the way back.
+        for name, where in conversion.ones(dtype).items():
+            np.testing.assert_array_equal(where, (conversion.gathers[name] > 0).astype(dtype))
+        np.testing.assert_array_equal(conversion.scaled_values(flat, 2 * data), 2 * data * data)
 
 
 @pytest.mark.parametrize("bad", [0, -2, 2.5])
@@ -179,3 +191,52 @@ def test_bsr_bad_block_size(bad):
     A = block_matrix(2)
     with pytest.raises(sp.SparseTIRError, match="block_size"):
         sp.ops.spmm(A, np.ones((A.shape[1], 2), np.float32), format="bsr", block_size=bad)
+
+
+def test_bsr_sddmm_applies_the_values_of_a_after_the_products():
+    """BSR's SDDMM computes the dot products on a mask of ones and multiplies by A's values on
+    the way back: inf and NaN values of A give what `A.multiply` gives (inf * 0 is NaN), new
+    values of the same structure are used, and padding never reaches the result."""
+    A = block_matrix(2, seed=4, idtype=np.int64, dtype=np.float64)
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((A.shape[0], 4))
+    Y = rng.standard_normal((A.shape[1], 4))
+    X[A.indptr.searchsorted(0, side="right") - 1] = 0  # the first stored row: its products are 0
+    for data in (A.data, np.where(np.arange(A.nnz) % 5 == 0, np.inf, A.data), np.full(A.nnz, np.nan)):
+        A.data = data.copy()
+        S = sp.ops.sddmm(A, X, Y, format="bsr", block_size=2)
+        with np.errstate(invalid="ignore"):
+            expected = A.multiply(X @ Y.T).tocsr()
+        np.testing.assert_allclose(S.data, expected.data, rtol=1e-10, atol=1e-10)  # NaN where scipy has NaN
+        assert np.isnan(S.data).any() == np.isnan(expected.data).any()
+
+
+def test_bsr_values_changed_in_place_are_gathered_again():
+    """A call whose values equal, byte for byte, the last call's (same thread, same structure)
+    reuses the gathered parts' values; any change, in place included, gathers again."""
+    A = block_matrix(2, seed=6, idtype=np.int64, dtype=np.float64)
+    B = np.random.default_rng(9).standard_normal((A.shape[1], 3))
+    np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+    for change in (lambda d: d.__imul__(2), lambda d: d.__setitem__(-1, -d[-1]), lambda d: d.__setitem__(0, np.nan)):
+        change(A.data)  # in place: the same array object as the last call's
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+    data = A.data.copy()
+    A.data[0] = -0.0  # from NaN to -0.0 (bytes differ from +0.0 too)
+    np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+    A.data = data  # back to the NaN: a new array, the same bytes as two calls ago
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
+
+
+def test_same_compares_bytes():
+    from sparsetir_py.ops.slots import SAME_CHUNK, same
+
+    a = np.arange(2 * SAME_CHUNK + 5, dtype=np.float32)
+    assert same(a, a.copy()) and not same(a, a[:-1].copy()) and not same(a, a.astype(np.float64))
+    for at in (0, SAME_CHUNK, a.size - 1):
+        b = a.copy()
+        b[at] = np.nextafter(b[at], np.inf)
+        assert not same(a, b)
+    n = np.array([np.nan, 0.0])
+    assert same(n, n.copy()) and not same(n, np.array([np.nan, -0.0]))

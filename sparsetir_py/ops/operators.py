@@ -156,7 +156,9 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
         return _call(op, csr, tuple(operands), "csr", target, None, out, threads, {}, None)
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, target, feat, schedule)
     m, n = csr.shape
-    values = conversion.values(csr.data, dtype)
+    # BSR's SDDMM runs on a mask of ones and applies A's values on the way back (no gather).
+    scaled = op.name == "sddmm" and pad is not None
+    values = conversion.ones(dtype) if scaled else conversion.values(csr.data, dtype)
     args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **conversion.structure, **values}
     if op.name == "spmm":
         result = args["c"] = op.result(csr, feat, dtype, out, inputs)
@@ -170,7 +172,7 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
         if args["c"] is not result:  # C of whole blocks: its first m rows, in `out` if given
             result = args["c"][:m] if out is None else np.copyto(result, args["c"][:m]) or result
         return op.finish(csr, result)
-    return op.finish(csr, conversion.stored_values(flat))
+    return op.finish(csr, conversion.scaled_values(flat, csr.data) if scaled else conversion.stored_values(flat))
 
 
 # -------------------------------------------------------------------- the operators

@@ -2,18 +2,21 @@
 
     conversion = converted(module, csr, params, "float32", "int32")    # once per structure of A
     kernel = parts_kernel("spmm", module, params, conversion, ...)    # once per format and dtypes
-    values = conversion.values(csr.data, dtype)                        # every call: one np.take
+    values = conversion.values(csr.data, dtype)                        # every call: one gather
 
 The conversion is `sp.format.decompose` on A's structure: it numbers A's nonzeros 1..nnz, so
 each value slot of a part names the nonzero it holds (`Part.gathers`), and new values of A are
-one gather for all parts, with no conversion again. What every call does besides the kernel is
-computed once per conversion: the slot index of that gather, the slot of each nonzero that maps
-an SDDMM's results back to A's order (`stored_values`), and for a format of b x b blocks the rows
-of B its padding cells read (`padding_rows`: only those are checked for inf/NaN).
-"""
+one gather for all parts (`slots.gather`), with no conversion again; values equal, byte for byte,
+to the same thread's last call's reuse that call's gather (`slots.same`). What every call does
+besides the kernel is computed once per conversion: the slot index of that gather, the slot of
+each nonzero that maps an SDDMM's results back to A's order (`stored_values`), and for a format
+of b x b blocks the rows of B its padding cells read (`padding_rows`: only those are checked for
+inf/NaN). BSR's SDDMM gathers nothing: its kernel runs on a mask of ones (`ones`) and A's values
+are applied on the way back (`scaled_values`)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -23,8 +26,10 @@ from ..errors import FormatError, InputError
 from ..format import FormatRewriteRule, decompose, parameter_names, rules_of
 from ..operands import StructureCache
 from ..runtime.kernel import Kernel
+from . import slots
 from .kernels import KernelKey, compiled, fixed_width, resolve_schedule
 from .scripts import SCRIPTS
+from .slots import gather
 
 #: A format of more parts than this compiles only the parts that store a nonzero of A.
 PRUNE_PARTS_OVER = 8
@@ -44,28 +49,50 @@ class Conversion:
     nnz: int = 0  #: A's nonzeros
     checked: set = field(default_factory=set)  #: the kernels that have checked `structure` once
     padded_reads: dict = field(default_factory=dict)  #: block size -> `padding_rows`, once per conversion
+    _scratch: dict = field(default_factory=dict, repr=False)  #: (thread, name, dtype) -> `scratch` buffer
+    _ones: dict = field(default_factory=dict, repr=False)  #: dtype -> `ones`' flat buffer
+    #: (thread, dtype) -> (a copy of A's values, the `scratch` buffer they were gathered into)
+    _last_values: dict = field(default_factory=dict, repr=False)
 
     def values(self, data: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
-        """Each part's values gathered from A's (0 where the part pads): one `np.take` of A's values
-        into one new buffer by the slot index computed once (`_slots`), the padding slots zeroed,
-        each part's values a view of its range of that buffer. (An index into `[0, *A.data]` built
-        every call cost 2.3 ms on bcsstk16, the take 0.2-0.4 ms.)"""
-        data = np.asarray(data, dtype=dtype)
-        index, padding = self._slots
-        flat = np.empty(len(index), dtype)
+        """Each part's values gathered from A's (0 where the part pads), each part's values a view
+        of its range of one buffer: one pass by the slot index computed once (`slot_index`, -1
+        for padding; `slots.gather`), unless A's values are, byte for byte, those of this
+        thread's last call with this structure (`slots.same` against a copy kept then: reading
+        both costs less than the gather), whose buffer is then reused. (An index into
+        `[0, *A.data]` built every call cost 2.3 ms on bcsstk16; `np.take` by an `np.intp` index
+        then zeroing the padding 0.2-0.4 ms there, 12 ms on blocks-b8's 5.8M slots.) The buffer
+        is this thread's (`scratch`): concurrent calls never share one."""
+        data = np.ascontiguousarray(data, dtype=dtype).reshape(-1)
+        key = (threading.get_ident(), np.dtype(dtype))
+        last = self._last_values.get(key)
+        flat = self.scratch("values", self.slots, dtype)
+        if last is not None and last[1] is flat and slots.same(last[0], data):
+            return self._views(flat)
         if len(data):
-            np.take(data, index, out=flat, mode="clip")
-            flat[padding] = 0
+            gather(data, self.slot_index, flat)
         else:
             flat.fill(0)
+        self._last_values[key] = (data.copy(), flat)
         return self._views(flat)
 
     def outputs(self, dtype: np.dtype) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """An SDDMM's output buffers (`c_<rule>` for each value argument `a_<rule>`) as views of one
         flat buffer with one slot more, which stays 0, and that buffer (for `stored_values`)."""
-        flat = np.empty(self.slots + 1, dtype)
+        flat = self.scratch("outputs", self.slots + 1, dtype)
         flat[-1] = 0
         return flat, self.output_views(flat)
+
+    def scratch(self, name: str, size: int, dtype: np.dtype) -> np.ndarray:
+        """A buffer of `size` elements kept for the next call of this thread with this structure:
+        the parts' values and outputs live only during a call, and a new buffer of their size
+        costs its page faults on every call (blocks-b8, 5.8M float32 slots: 3-6 ms of CPU time, a
+        third of the kernel at width 32). One per thread, so concurrent calls never share one."""
+        key = (threading.get_ident(), name, np.dtype(dtype))
+        flat = self._scratch.get(key)
+        if flat is None or flat.size != size:
+            flat = self._scratch[key] = np.empty(size, dtype)
+        return flat
 
     def value_views(self, flat):
         """The parts' value arguments (`a_<rule>`) as views of `flat` (host or device), slot by
@@ -79,12 +106,31 @@ class Conversion:
     @property
     def slots(self) -> int:
         """How many value slots the parts hold, padding included."""
-        return len(self._slots[0])
+        return len(self.slot_index)
 
     def stored_values(self, flat: np.ndarray) -> np.ndarray:
-        """The values of A's nonzeros, in A's order, from `outputs`' flat buffer: one `np.take` by
+        """The values of A's nonzeros, in A's order, from `outputs`' flat buffer: one gather by
         the slot of each nonzero (computed once; the extra 0 slot for a nonzero no part holds)."""
-        return np.take(flat, self.stored_slots, mode="clip")
+        if not isinstance(flat, np.ndarray):
+            return np.take(flat, self.stored_slots, mode="clip")
+        return gather(flat, self._stored_index, np.empty(self.nnz, flat.dtype))
+
+    def ones(self, dtype: np.dtype) -> dict[str, np.ndarray]:
+        """The parts' values of a matrix of ones with A's structure (0 where a part pads), made
+        once per dtype: an SDDMM run on them computes each slot's dot product alone, and
+        `scaled_values` applies A's values on the way back to A's order, so a call gathers no
+        values (bcsstk16 in BSR 3 x 3: 0.24-0.4 ms a call, a third of the kernel at width 32)."""
+        dtype = np.dtype(dtype)
+        flat = self._ones.get(dtype)
+        if flat is None:
+            flat = self._ones[dtype] = (self.slot_index >= 0).astype(dtype)
+        return self._views(flat)
+
+    def scaled_values(self, flat: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """`stored_values` times A's values: the SDDMM of A from the one of `ones` (`outputs`'
+        flat buffer), in one pass (`slots.scaled`); a nonzero no part holds gets 0."""
+        data = np.ascontiguousarray(data, dtype=flat.dtype)
+        return slots.scaled(data, flat, self._stored_index, np.empty(self.nnz, flat.dtype))
 
     def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         views, start = {}, 0
@@ -94,12 +140,17 @@ class Conversion:
         return views
 
     @cached_property
-    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """(position in A.data of every slot of the parts, in order, 0 for padding; the padding
-        slots), as `np.intp` (`np.take` converts any other index dtype on every call)."""
+    def slot_index(self) -> np.ndarray:
+        """The position in A.data of every slot of the parts, in order, -1 for padding, in the
+        smallest of int32/int64 that holds A's positions (for `slots.gather`)."""
         where = [w.reshape(-1) for w in self.gathers.values()]
         where = np.concatenate(where) if where else np.zeros(0, np.int64)
-        return np.maximum(where - 1, 0).astype(np.intp), np.flatnonzero(where == 0).astype(np.intp)
+        return (where - 1).astype(_index_dtype(self.nnz))
+
+    @cached_property
+    def _stored_index(self) -> np.ndarray:
+        """`stored_slots` in the smallest index dtype that holds it (for `slots.gather`)."""
+        return self.stored_slots.astype(_index_dtype(self.slots + 1))
 
     @cached_property
     def unheld(self) -> bool:
@@ -278,7 +329,7 @@ def parts_kernel(
     SDDMM's output `C` moves to the parts' formats too. A format with `padded_shape` (BSR) is
     built on the padded shape (`padding`)."""
     from ..transform import decompose_format, remove_preprocess
-    from ..transform.pad_shape import pad_shape
+    from ..transform.pad_shape import fold_block_init, pad_shape
 
     pad = padding(module, params, target)
     if schedule is None:
@@ -293,7 +344,11 @@ def parts_kernel(
     def make():
         parts = rules if op == "spmm" else [r.with_buffer("C", like="A") for r in rules]
         mod = remove_preprocess(decompose_format(SCRIPTS[op](idtype, dtype), parts))
-        return mod if pad is None else pad_shape(mod, *pad)
+        if pad is None:
+            return mod
+        mod = pad_shape(mod, *pad)
+        # SpMM: C zeroed per block row where the row is summed (`fold_block_init`), not in a pass of its own.
+        return fold_block_init(mod, pad[1]) if op == "spmm" else mod
 
     return compiled(key, make)
 
@@ -348,13 +403,20 @@ def padding_is_exact(conversion: Conversion, pad: tuple[dict, int] | None, B: np
     if not conversion.pads:
         return True
     rows = padding_rows(conversion, pad[1] if pad is not None else 1, B.shape[0])
-    if rows is None or 2 * len(rows) > B.shape[0]:
+    if rows is None or 2 * len(rows) > B.shape[0] or not B.flags.c_contiguous:
         return all_finite(B)
-    return all_finite(B[rows])
+    return slots.rows_finite(B, rows)
+
+
+def _index_dtype(limit: int) -> type:
+    return np.int32 if limit < 2**31 - 1 else np.int64
 
 
 def all_finite(X: np.ndarray) -> bool:
-    """Whether every entry of `X` is finite, in chunks of `FINITE_CHUNK` (no temporary of X's
-    size); stops at the first chunk that holds an inf or a NaN."""
+    """Whether every entry of `X` is finite: `slots.all_finite` on a C-contiguous array, else in
+    chunks of `FINITE_CHUNK` (no temporary of X's size), stopping at the first that holds an inf
+    or a NaN."""
+    if X.flags.c_contiguous:
+        return slots.all_finite(X)
     flat = X.reshape(-1)
     return all(np.isfinite(flat[i : i + FINITE_CHUNK]).all() for i in range(0, len(flat), FINITE_CHUNK))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..ir import dtype as dt
 from ..ir import make as mk
 from ..ir.buffer import FlatBuffer, SparseBuffer
-from ..ir.expr import BinOp, BufferLoad, FloatImm, IntImm, PrimExpr, Select, Var
+from ..ir.expr import BinOp, BufferLoad, Cast, FloatImm, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import Allocate, AtomicAdd, Block, BufferStore, For, IfThenElse, LetStmt, SeqStmt, Stmt, While
 from ..ir.visit import children, map_children, post_order_rewrite, substitute, walk
@@ -210,12 +210,19 @@ def _linear(e: PrimExpr) -> tuple[list[PrimExpr], int]:
     """`e` as a sum: its non-constant terms (a `-` term negated as `(-1) * t`) and its constant."""
     if isinstance(e, IntImm):
         return [], e.value
+    if isinstance(e, Cast) and isinstance(e.value, IntImm) and dt.is_int(e.dtype):
+        return [], e.value.value  # `np.int64(0)`: a constant cell index, widened
     if isinstance(e, BinOp) and e.op in ("+", "-"):
         ta, ca = _linear(e.a)
         tb, cb = _linear(e.b)
         if e.op == "+":
             return ta + tb, ca + cb
         return ta + [BinOp("*", IntImm(-1, t.dtype), t) for t in tb], ca - cb
+    if isinstance(e, BinOp) and e.op == "*" and isinstance(e.b, IntImm) and not isinstance(e.a, IntImm):
+        # `(t + c) * f` is `t * f + c * f`: the offsets of a b x b block's cells, `((p * b) + ii) * b
+        # + ji`, then differ by their constants.
+        ta, ca = _linear(e.a)
+        return [BinOp("*", t, e.b) for t in ta], ca * e.b.value
     return [e], 0
 
 

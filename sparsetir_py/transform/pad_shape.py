@@ -25,9 +25,9 @@ from ..arith.interval import symbolic_range
 from ..errors import LoweringError
 from ..ir import make as mk
 from ..ir.axis import base_axis
-from ..ir.expr import BinOp, IntImm, PrimExpr, Var
+from ..ir.expr import BinOp, BufferLoad, FloatImm, IntImm, PrimExpr, Var
 from ..ir.func import IRModule, PrimFunc
-from ..ir.stmt import IfThenElse, SparseIteration
+from ..ir.stmt import BufferStore, IfThenElse, SparseIteration
 from ..ir.visit import post_order_rewrite, substitute_deep
 
 
@@ -85,3 +85,54 @@ def _always(cond: PrimExpr, ranges, positive) -> bool:
         return False
     hi = bounds[1]
     return isinstance(hi, IntImm) and hi.value < 0
+
+
+def fold_block_init(mod: PrimFunc | IRModule, factor: int) -> IRModule:
+    """Every Stage I function that is an output's init followed by one sum into it over blocks of
+    `factor` rows, as `decompose_format` leaves a BSR SpMM on the padded shape,
+
+        with T.sp_iter([I, K], "SS", "csrmm_init") as [i, k]:          # I of m_bsr * b rows
+            C[i, k] = 0
+        with T.sp_iter([IO, JO, II, JI, K], "SRSRS", "csrmm_bsr") as [io, jo, ii, ji, k]:
+            C[io * b + ii, k] = C[io * b + ii, k] + ...                # IO of m_bsr, II of b
+
+    with the init moved into the sum as its `T.init()` (`C[io * b + ii, k] = 0`): the sum's
+    spatial points (io, ii, k) are the init's (i, k), and the init of a sum runs once per
+    spatial point, empty block rows included. A schedule can then zero a block row's outputs
+    where it sums them (`decompose_reduction`) instead of in a pass of its own over C. Other
+    functions are left as they are."""
+    return IRModule.from_any({name: _fold(f, factor) for name, f in IRModule.from_any(mod).items()})
+
+
+def _fold(func: PrimFunc, factor: int) -> PrimFunc:
+    body = func.body
+    stmts = getattr(body, "stmts", None)
+    if not stmts or len(stmts) != 2 or not all(isinstance(s, SparseIteration) for s in stmts):
+        return func
+    init, total = stmts
+    if init.kinds != "SS" or init.init is not None or total.init is not None:
+        return func
+    zero, store = init.body, total.body
+    if not (isinstance(zero, BufferStore) and isinstance(store, BufferStore) and zero.buffer is store.buffer):
+        return func
+    if zero.indices != init.iter_vars or not isinstance(zero.value, IntImm | FloatImm):
+        return func
+    row, col = store.indices if len(store.indices) == 2 else (None, None)
+    value = store.value
+    if not (isinstance(value, BinOp) and value.op == "+" and value.a == BufferLoad(store.buffer, store.indices)):
+        return func
+    spatial = {v: a for v, a, kind in zip(total.iter_vars, total.axes, total.kinds) if kind == "S"}
+    if col not in spatial or spatial[col] is not init.axes[1] or not isinstance(row, BinOp) or row.op != "+":
+        return func
+    scaled, inner = row.a, row.b
+    if not (isinstance(scaled, BinOp) and scaled.op == "*" and scaled.b == IntImm(factor, scaled.b.dtype)):
+        return func
+    outer = scaled.a
+    if outer not in spatial or inner not in spatial or len(spatial) != 3:
+        return func
+    o_len, i_len = base_axis(spatial[outer]).length, base_axis(spatial[inner]).length
+    rows = base_axis(init.axes[0]).length
+    if i_len != IntImm(factor, i_len.dtype) or rows != mk.binop("*", o_len, IntImm(factor, o_len.dtype)):
+        return func
+    folded = total.replace(init=BufferStore(store.buffer, store.indices, zero.value))
+    return func.replace(body=folded)

@@ -71,6 +71,14 @@ def _partition(loop: For) -> Stmt | None:
             e = new
         return e
 
+    # The inner loops of the split (`j_inner` in [0, F)), when it was not unrolled.
+    inner = {
+        n.loop_var
+        for n in walk(loop.body)
+        if isinstance(n, For) and _zero(n.min) and n.extent == IntImm(f, n.extent.dtype)
+    }
+    varying = [False]
+
     def is_guard(cond) -> bool:
         if not (isinstance(cond, BinOp) and cond.op == "<" and cond.b == length):
             return False
@@ -78,6 +86,9 @@ def _partition(loop: For) -> Stmt | None:
         c = 0
         if isinstance(lhs, BinOp) and lhs.op == "+" and isinstance(lhs.b, IntImm):
             lhs, c = lhs.a, lhs.b.value
+        elif isinstance(lhs, BinOp) and lhs.op == "+" and isinstance(lhs.b, Var) and lhs.b in inner:
+            lhs = lhs.a
+            varying[0] = True
         ok = isinstance(lhs, BinOp) and lhs.op == "*" and isinstance(lhs.b, IntImm) and lhs.b.value == f
         return ok and 0 <= c < f and isinstance(lhs.a, Var) and lhs.a is v
 
@@ -103,10 +114,17 @@ def _partition(loop: For) -> Stmt | None:
         return None
     full_count = mk.binop("//", length, IntImm(f, length.dtype))
     full = loop.replace(extent=mk.cast(loop.extent.dtype, full_count), body=full_body)
+    tail_var = Var(f"{v.name}_tail", v.dtype)
+    if varying[0]:
+        # A guard on `j_outer * F + j_inner` with `j_inner` a loop: the partial chunk keeps its
+        # guards (one copy of the body per remainder would be F - 1 copies of that loop).
+        body = fresh_copy(substitute(loop.body, {v: tail_var}), "_tail")
+        return seq(
+            full, loop.replace(loop_var=tail_var, min=full.extent, extent=mk.sub(loop.extent, full.extent), body=body)
+        )
     # The partial chunk (at most one iteration) holds r = L - j_outer * F elements, 0 < r < F: one
     # copy of the body per r with each guard decided (`c < r`), so no guard is left inside the
     # inner loops either. Each copy binds its own variables and names its own blocks.
-    tail_var = Var(f"{v.name}_tail", v.dtype)
     rest = mk.sub(length, mk.mul(tail_var, IntImm(f, length.dtype)))
     chain: Stmt | None = None
     for r in range(f - 1, 0, -1):
@@ -115,6 +133,10 @@ def _partition(loop: For) -> Stmt | None:
         chain = copy if chain is None else IfThenElse(mk.cmp("==", rest, IntImm(r, rest.dtype)), copy, chain)
     tail = loop.replace(loop_var=tail_var, min=full.extent, extent=mk.sub(loop.extent, full.extent), body=chain)
     return seq(full, tail)
+
+
+def _zero(e: PrimExpr) -> bool:
+    return isinstance(e, IntImm) and e.value == 0
 
 
 def _decided(body: Stmt, is_guard, r: int, f: int) -> Stmt:

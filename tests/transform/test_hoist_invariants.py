@@ -10,6 +10,7 @@ import scipy.sparse as sps
 
 import sparsetir_py as sp
 from sparsetir_py import ir
+from sparsetir_py import script as T
 from sparsetir_py.ir.visit import walk
 from sparsetir_py.ops import sddmm_script, spmm_script
 from sparsetir_py.transform.hoist_invariants import hoist_loop_invariants, promote_accumulators
@@ -151,3 +152,35 @@ def test_no_promotion_when_the_element_changes_in_the_loop():
     f = stage3(spmm_script())
     g = promote_accumulators(f)["main"]
     assert not any(isinstance(n, ir.Allocate) for n in walk(g.body))
+
+
+@T.prim_func
+def block_sums(x: T.handle, s: T.handle, m: T.int32, n: T.int32):
+    """The four cells of 2 x 2 blocks summed over `k`, addressed as a BSR kernel addresses them:
+    `(p * 2 + ii) * 2 + ji` with constant cell indices, widened (`T.int64(1)`)."""
+    T.func_attr({"stage": 3})
+    X = T.match_buffer(x, (n,), "float32")
+    S = T.match_buffer(s, (m * 4,), "float32")
+    for p in range(m):
+        for k in range(n):
+            S[(p * 2 + T.int64(0)) * 2 + T.int64(0)] = S[(p * 2 + T.int64(0)) * 2 + T.int64(0)] + X[k]
+            S[(p * 2 + T.int64(0)) * 2 + T.int64(1)] = S[(p * 2 + T.int64(0)) * 2 + T.int64(1)] + X[k] * T.float32(2)
+            S[(p * 2 + T.int64(1)) * 2 + T.int64(0)] = S[(p * 2 + T.int64(1)) * 2 + T.int64(0)] + X[k] * T.float32(3)
+            S[(p * 2 + T.int64(1)) * 2 + T.int64(1)] = S[(p * 2 + T.int64(1)) * 2 + T.int64(1)] + X[k] * T.float32(4)
+
+
+def test_the_cells_of_a_block_are_distinct_registers():
+    """`(p * 2 + 0) * 2 + 1` and `(p * 2 + 1) * 2 + 0` differ by their constants once the
+    product is distributed: four registers (and the partial sums that take the constant
+    factors out of the loop), the same sums."""
+    g = promote_accumulators(block_sums)["main"]
+    registers = [n.buffer.name for n in walk(g.body) if isinstance(n, ir.Allocate)]
+    assert len([r for r in registers if not r.endswith("_sum")]) == 4
+    X = np.arange(1, 6, dtype=np.float32)
+    outs = []
+    for f in (block_sums, g):
+        S = np.ones(12, np.float32)
+        sp.interpret(f, x=X, s=S, m=3, n=5)
+        outs.append(S)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_array_equal(outs[0], np.tile([16, 31, 46, 61], 3))

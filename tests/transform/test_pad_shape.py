@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 import format_rules
 import sparsetir_py as sp
 from sparsetir_py.errors import LoweringError
-from sparsetir_py.ir.stmt import IfThenElse
+from sparsetir_py.ir.stmt import IfThenElse, SparseIteration
 from sparsetir_py.ir.visit import walk
-from sparsetir_py.ops import spmm_script
+from sparsetir_py.ops import sddmm_script, spmm_script
 from sparsetir_py.transform import decompose_format, remove_preprocess
-from sparsetir_py.transform.pad_shape import pad_shape
+from sparsetir_py.transform.pad_shape import fold_block_init, pad_shape
 
 
 def bsr_spmm(b=4):
@@ -59,3 +60,28 @@ def test_nested_unrolled_loops_have_distinct_block_names():
     B = np.ones((A.shape[1], 4))
     C = sp.ops.spmm(A, B, format="bsr", block_size=2)  # ii and ji unrolled: 4 cells, 4 names
     np.testing.assert_allclose(C, A @ B, rtol=1e-12)
+
+
+def test_fold_block_init_moves_the_zeroing_of_c_into_the_block_sum():
+    """SpMM's separate `C = 0` iteration becomes the BSR sum's `T.init()`; the result is the same
+    on the padded shape (NaN-filled C, empty block rows included: karate in 4 x 4 blocks has
+    some, and a matrix with no nonzero); a mismatched factor or another function is left alone."""
+    padded = pad_shape(bsr_spmm(4), {"m": "m_bsr", "n": "n_bsr"}, 4)
+    folded = fold_block_init(padded, 4)["main"]
+    sp.verify(folded)
+    iterations = [n for n in walk(folded.body) if isinstance(n, SparseIteration)]
+    assert [it.name for it in iterations] == ["csrmm_bsr"] and iterations[0].init is not None
+    rng = np.random.default_rng(1)
+    karate = sp.data.load_matrix("karate")
+    for A in (karate, scipy.sparse.csr_matrix((9, 6), dtype=np.float32)):
+        d = format_rules.bsr.convert(A, block_size=4)
+        B = np.zeros((d["n_bsr"] * 4, 3), np.float32)
+        B[: A.shape[1]] = rng.standard_normal((A.shape[1], 3))
+        for f in (padded, folded):
+            C = np.full((d["m_bsr"] * 4, 3), np.nan, np.float32)
+            sp.interpret(f, b=B, c=C, feat=3, **d)
+            np.testing.assert_allclose(C[: A.shape[0]], A @ B[: A.shape[1]], rtol=1e-5, atol=1e-5)
+            assert not np.isnan(C).any()  # padding rows zeroed as well
+    assert fold_block_init(padded, 2)["main"] is padded["main"]
+    sddmm = remove_preprocess(decompose_format(sddmm_script(), format_rules.bsr.rules(block_size=4)))
+    assert fold_block_init(sddmm, 4)["main"] is sddmm["main"]

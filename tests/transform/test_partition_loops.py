@@ -19,7 +19,7 @@ import sparsetir_py as sp
 from schedules.spmm import csr_cpu_rows, csr_cpu_rows_x4
 from sparsetir_py import script as T
 from sparsetir_py.ir.expr import Select
-from sparsetir_py.ir.stmt import For
+from sparsetir_py.ir.stmt import For, IfThenElse
 from sparsetir_py.ir.visit import walk
 from sparsetir_py.transform import partition_loops
 
@@ -149,3 +149,54 @@ def test_block_predicates_of_full_chunks_go_and_the_partial_chunk_keeps_its_bloc
     after = partition_loops(fill_pairs)["main"]
     sp.verify(after)
     sp.assert_structural_equal(after, fill_pairs_partitioned)
+
+
+@T.prim_func
+def sum_tiles(a: T.handle, s: T.handle, n: T.int32):
+    """A sum over `A` in tiles of 4 whose inner loop stays a loop (not unrolled): `split(j,
+    [None, 4])` guards the body with `j_outer * 4 + j_inner < n`."""
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    S = T.match_buffer(s, (1,), "float32")
+    for j_outer in range((n + 3) // 4):
+        for j_inner in range(4):
+            if j_outer * 4 + j_inner < n:
+                S[0] = S[0] + A[j_outer * 4 + j_inner]
+
+
+def test_full_tiles_of_an_inner_loop_lose_the_guard_and_the_partial_tile_keeps_it():
+    """(BSR SpMM's feature tiles.) The full tiles run without the `if`; the partial tile is one
+    copy of the loop with its guard, not one copy per remainder; sums equal for every n."""
+    after = partition_loops(sum_tiles)["main"]
+    sp.verify(after)
+    loops = {n.loop_var.name: n for n in walk(after.body) if isinstance(n, For)}
+    assert set(loops) == {"j_outer", "j_inner", "j_outer_tail", "j_inner_tail"}
+    assert not any(isinstance(n, IfThenElse) for n in walk(loops["j_outer"].body))
+    assert sum(isinstance(n, IfThenElse) for n in walk(loops["j_outer_tail"].body)) == 1
+    rng = np.random.default_rng(1)
+    for n in range(10):
+        A = rng.standard_normal(n).astype(np.float32)
+        sums = []
+        for f in (sum_tiles, after):
+            S = np.zeros(1, np.float32)
+            sp.interpret(f, a=A, s=S, n=n)
+            sums.append(S[0])
+        np.testing.assert_allclose(sums, A.sum(), rtol=1e-5, atol=1e-5)
+
+
+@T.prim_func
+def sum_tiles_offset(a: T.handle, s: T.handle, n: T.int32):
+    """The guard names another loop of extent 4 than the split's own inner loop: still a tile."""
+    T.func_attr({"stage": 3})
+    A = T.match_buffer(a, (n,), "float32")
+    S = T.match_buffer(s, (1,), "float32")
+    for j_outer in range((n + 3) // 4):
+        for j_inner in range(5):
+            if j_outer * 4 + j_inner < n:
+                S[0] = S[0] + A[j_outer * 4 + j_inner]
+
+
+def test_a_guard_on_a_loop_longer_than_the_tile_is_kept():
+    """`j_inner` runs to 5, past the tile: `j_outer * 4 + 4 < n` may fail in a full tile."""
+    f = partition_loops(sum_tiles_offset)["main"]
+    assert f == sum_tiles_offset or f is sum_tiles_offset
