@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 
-from sparsetir_py.errors import TargetError
+from sparsetir_py.errors import ScheduleError, TargetError
 from sparsetir_py.schedule import Schedule
 
 from .common import fixed_width
@@ -49,6 +49,15 @@ def colparts_cpu(sch: Schedule, parts: int, factor: int | None = 4) -> None:
         return
     units = sch.get_block("csrmm_colparts0")
     (o,) = sch.get_loops(units)
+    # The units loop runs `blocks * (parts - 1)` units, the count of parts a constant of the
+    # format: split by anything else, one parallel iteration would hold units of two row blocks,
+    # or two iterations units of one, and threads would write the same rows of C.
+    others = sch.loop_extent_factor(o)
+    if others != parts - 1:
+        raise ScheduleError(
+            f"in `colparts_cpu`: expected a format of {parts} column parts, but its units loop runs "
+            f"{others + 1} parts per row block (pass the format's num_col_parts)"
+        )
     blocks, _ = sch.split(o, [None, parts - 1])
     # Each row of A lies in one row block (the converter's contract): the blocks write disjoint
     # rows of C, so the loop over them may run in parallel without atomics.

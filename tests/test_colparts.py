@@ -142,6 +142,18 @@ def test_the_shipped_schedule_runs_blocks_in_parallel_and_parts_in_order():
     assert "csrmm_init" not in source  # part 0 zeroes each row before its nonzeros: no pass of its own
 
 
+def test_a_schedule_for_another_count_of_parts_is_refused():
+    """Split by another count of parts, one parallel iteration would hold units of two row blocks
+    (or two iterations units of one): threads would race on rows of C. The schedule reads the
+    count from the units loop and refuses before anything compiles."""
+    A = load_matrix("cora")
+    rules = format_rules.colparts.rules(A, num_col_parts=PARTS, row_blocks=2)
+    mod = sp.transform.remove_preprocess(sp.decompose_format(spmm_script(), rules))
+    for wrong in (2, PARTS + 1):
+        with pytest.raises(sp.ScheduleError, match=f"expected a format of {wrong} column parts.*runs {PARTS} parts"):
+            schedules.colparts_cpu(sp.Schedule(sp.lower_sparse_iter(mod)), wrong)
+
+
 def test_shared_params_drop_the_shape_guard_and_are_checked():
     A = load_matrix("karate")
     head, shared = format_rules.colparts.rules(A, num_col_parts=2, row_blocks=2)

@@ -191,6 +191,19 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
         extent = path[-1].extent
         return int(extent.value) if isinstance(extent, IntImm) else None
 
+    def loop_extent_factor(self, loop: LoopRV) -> int:
+        """The constant factor of `loop`'s extent: its value where it is a constant, `c` where it
+        is a product `e * c` (or `c * e`) of some expression and a constant, else 1; a query, not
+        recorded in the trace. (`blocks * 3` units of 3 column parts per row block: 3.)"""
+        from ..arith.interval import to_affine
+
+        var = _loop(loop, "loop_extent_factor")
+        extent = loop_path(self.func, var, "loop_extent_factor")[-1].extent
+        if isinstance(extent, IntImm):
+            return int(extent.value)
+        affine, _ = to_affine(extent)
+        return abs(affine.content()) if affine.constant == 0 and affine.terms else 1
+
     def get_child_blocks(self, block_or_loop: Handle) -> list[BlockRV]:
         """The blocks directly under a block or loop (see `state.get_child_blocks`)."""
         out = [BlockRV(n) for n in get_child_blocks(self.func, _target(block_or_loop, "get_child_blocks"))]
