@@ -63,6 +63,8 @@ def test_readme_blocks_run_as_written(tmp_path, capsys):
     assert ns["kernel"].specialized == {"feat": 32}
     assert [p.name for p in ns["mod"]["main"].params][:2] == ["b", "c"]  # after remove_preprocess
     assert "def csrmm" in capsys.readouterr().out
+    D, Gt = ns["D"], ns["Gt"]  # the assembled three-operand merge: G + G.T - G (the union's structure)
+    assert abs(D - Gt).max() == 0 and D.has_sorted_indices and D.nnz == (ns["G"] + Gt).nnz
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
