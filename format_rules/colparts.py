@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from format_rules import padding
 from sparsetir_py import script as T
 from sparsetir_py.format import FormatRewriteRule
 from sparsetir_py.format import converters as formats
@@ -43,13 +44,9 @@ def description(parts: int, dtype: str = "float32", idtype: str = "int32"):
 
 
 def head_description(dtype: str = "float32", idtype: str = "int32"):
-    @T.prim_func
-    def colpart0(a: T.handle, indptr: T.handle, indices: T.handle, m: T.int32, n: T.int32, nnz: T.int32):
-        I = T.dense_fixed(m, idtype)
-        J = T.sparse_variable(I, (n, nnz), (indptr, indices), idtype)
-        A = T.match_sparse_buffer(a, (I, J), dtype)
-
-    return colpart0
+    """Column part 0: CSR over every row of A, the description `format_rules.padding` stores its
+    padded rows in (its padding is the converter's: the levels are CSR's)."""
+    return padding.description(dtype, idtype)
 
 
 #: A matrix of fewer rows still takes this many row blocks (the extra ones empty), so that one
