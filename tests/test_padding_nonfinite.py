@@ -24,6 +24,15 @@ FORMATS = {
 }
 
 
+def _int64(A):
+    """A with int64 indices: with float64 values, the dtype pair `test_ops_formats.py` compiles
+    every format's kernels in, so that the kernels are shared (a decomposed kernel compiles in
+    10-20 s). scipy's constructor narrows int64 indices, hence the assignment."""
+    A = scipy.sparse.csr_matrix(A)
+    A.indices, A.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
+    return A
+
+
 def _reference(A, B):
     """scipy's product in float64 (NaN where a stored entry meets an inf or a NaN)."""
     return np.asarray(A.astype(np.float64) @ B.astype(np.float64))
@@ -32,7 +41,7 @@ def _reference(A, B):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_identity_with_an_inf_row(fmt):
     """The issue's case: eye(2), B = [[1], [inf]] is [1, inf] (BSR gave [nan, inf])."""
-    A = scipy.sparse.csr_matrix(np.eye(2))
+    A = _int64(np.eye(2))
     B = np.array([[1.0], [np.inf]])
     np.testing.assert_array_equal(sp.ops.spmm(A, B, format=fmt, **FORMATS[fmt]), [[1.0], [np.inf]])
     np.testing.assert_array_equal(sp.ops.spmm(A, B[:, 0], format=fmt, **FORMATS[fmt]), [1.0, np.inf])
@@ -55,7 +64,7 @@ def test_padding_never_meets_an_inf_row(fmt):
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_out_and_threads_with_a_nonfinite_operand(fmt):
-    A = scipy.sparse.random(9, 7, density=0.3, format="csr", random_state=3)
+    A = _int64(scipy.sparse.random(9, 7, density=0.3, format="csr", random_state=3))
     B = np.ones((7, 2))
     B[4, 0] = np.inf
     out = np.empty((9, 2))
@@ -66,7 +75,7 @@ def test_out_and_threads_with_a_nonfinite_operand(fmt):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @fuzz(12)
 @given(
-    A=csr_matrices(max_rows=12, max_cols=12, value_dtypes=("float64",), index_dtypes=("int32",)),
+    A=csr_matrices(max_rows=12, max_cols=12, value_dtypes=("float64",), index_dtypes=("int64",)),
     feat=st.sampled_from([1, 3]),
     data=st.data(),
 )
@@ -91,7 +100,7 @@ def test_nonfinite_operands_on_drawn_matrices(fmt, A, feat, data):
 def test_sddmm_padding_is_not_in_the_output(fmt):
     """SDDMM's padded slots compute values that are dropped: inf in X or Y only reaches the
     stored entries of A whose row or column holds it."""
-    A = scipy.sparse.csr_matrix(np.array([[1, 0, 0, 2], [0, 0, 0, 0], [0, 3, 0, 0]]), dtype=np.float64)
+    A = _int64(np.array([[1, 0, 0, 2], [0, 0, 0, 0], [0, 3, 0, 0]], dtype=np.float64))
     X = np.ones((3, 2))
     Y = np.ones((4, 2))
     Y[2, 0] = np.inf  # column 2 stores nothing: no stored entry meets it

@@ -81,6 +81,7 @@ def test_hyb_cuda_compiles_to_ptx(fmt):
              "padding": lambda: format_rules.padding.rules(4)}[fmt]()  # fmt: skip
     mod = sp.remove_preprocess(sp.decompose_format(spmm_script(), rules))
     kernel = sp.compile(mod, "cuda", schedule=SCHEDULES["hyb_cuda"], specialize={"feat": 64})
-    for cc in ((8, 0), (9, 0)):
+    # hyb's eight parts take the longest to compile: one architecture for it, both for the others.
+    for cc in ((9, 0),) if fmt == "hyb" else ((8, 0), (9, 0)):
         ptx = kernel.ptx(cc=cc)
         assert ".visible .entry" in ptx and f".target sm_{cc[0]}{cc[1]}" in ptx

@@ -1,17 +1,18 @@
 """The kernel cache heals itself: damaged files are rewritten or removed, with one warning each.
 
-Each scenario runs in fresh processes with its own `SPARSETIR_CACHE_DIR` and `NUMBA_CACHE_DIR`
-(a process keeps imported kernels in memory, so only a new process reads the cache again):
-fill the cache, damage files of one kind (random bytes, truncated, emptied; one kernel each),
-then a new process must compute the right answers and warn once per damaged file, naming it, and
-a third must find the cache whole again (no warning). A last test starts several processes at
-once on an empty cache, several rounds, and checks every answer.
+Each scenario runs in fresh processes with a `SPARSETIR_CACHE_DIR` and `NUMBA_CACHE_DIR` filled
+by a fresh process (a process keeps imported kernels in memory, so only a new process reads the
+cache again): damage files of one kind (random bytes, truncated, emptied; one kernel each), then
+a new process must compute the right answers and warn once per damaged file, naming it, and a
+third must find the cache whole again (no warning). A last test starts four processes at once on
+an empty cache and checks every answer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,11 +58,32 @@ def run_driver(env: dict) -> dict:
     return out
 
 
-@pytest.fixture
-def cache_env(tmp_path):
-    env = {**os.environ, "SPARSETIR_CACHE_DIR": str(tmp_path / "kernels"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+def driver_env(base: Path) -> dict:
+    env = {**os.environ, "SPARSETIR_CACHE_DIR": str(base / "kernels"), "NUMBA_CACHE_DIR": str(base / "numba")}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    return env, tmp_path
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Python writes bytecode only without it
+    return env
+
+
+@pytest.fixture(scope="module")
+def filled_cache(tmp_path_factory):
+    """One cache filled by a fresh process, and a pristine copy of it: each scenario damages the
+    cache in place and `cache_env` restores it, so the kernels compile once per module, not once
+    per scenario. (The cache stays at the path it was filled at: Numba's index names its source
+    files by their path.)"""
+    base = tmp_path_factory.mktemp("filled")
+    assert run_driver(driver_env(base))["warnings"] == []
+    for name in ("kernels", "numba"):
+        shutil.copytree(base / name, base / f"pristine-{name}")
+    return base
+
+
+@pytest.fixture
+def cache_env(filled_cache):
+    for name in ("kernels", "numba"):
+        shutil.rmtree(filled_cache / name, ignore_errors=True)
+        shutil.copytree(filled_cache / f"pristine-{name}", filled_cache / name)
+    return driver_env(filled_cache), filled_cache
 
 
 def cache_files(tmp_path: Path, kind: str) -> list[Path]:
@@ -88,8 +110,7 @@ def damage(path: Path, how: str, keep: int = 0) -> None:
 
 @pytest.mark.parametrize("kind", ["source", "index", "data"])
 def test_damaged_cache_files_are_repaired(cache_env, kind):
-    env, tmp_path = cache_env
-    assert run_driver(env)["warnings"] == []  # fill the cache
+    env, tmp_path = cache_env  # filled by a fresh process (`filled_cache`)
     files = cache_files(tmp_path, kind)
     assert len(files) >= KERNELS, files
     damaged = files[:KERNELS]
@@ -105,9 +126,7 @@ def test_damaged_cache_files_are_repaired(cache_env, kind):
 def test_damaged_bytecode_is_removed(cache_env):
     """Python repairs a bytecode file with a bad header itself; one whose header is intact but
     whose body is damaged it does not (`bad marshal data`): the cache removes it and warns."""
-    env, tmp_path = cache_env
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Python writes bytecode only without it
-    run_driver(env)
+    env, tmp_path = cache_env  # filled without PYTHONDONTWRITEBYTECODE: bytecode was written
     files = cache_files(tmp_path, "bytecode")
     assert len(files) >= KERNELS, files
     for path in files:
@@ -119,25 +138,22 @@ def test_damaged_bytecode_is_removed(cache_env):
 
 
 def test_concurrent_processes_fill_an_empty_cache(tmp_path):
-    """Four processes compile the same kernels into one empty cache at once, two rounds."""
-    for round_ in range(2):
-        base = tmp_path / f"round{round_}"
-        env = {**os.environ, "SPARSETIR_CACHE_DIR": str(base / "kernels"), "NUMBA_CACHE_DIR": str(base / "numba")}
-        env.pop("NUMBA_ENABLE_CUDASIM", None)
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", DRIVER],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(4)
-        ]
-        for proc in procs:
-            stdout, stderr = proc.communicate(timeout=600)
-            assert proc.returncode == 0, stderr[-3000:]
-            out = json.loads(stdout.strip().splitlines()[-1])
-            assert all(err < 1e-3 for err in out["errors"].values()), out
-            assert out["warnings"] == [], out  # racing writers never leave a damaged file
+    """Four processes compile the same kernels into one empty cache at once."""
+    env = driver_env(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRIVER],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        out = json.loads(stdout.strip().splitlines()[-1])
+        assert all(err < 1e-3 for err in out["errors"].values()), out
+        assert out["warnings"] == [], out  # racing writers never leave a damaged file
