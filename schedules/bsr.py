@@ -132,5 +132,22 @@ def _extent(sch: Schedule, loop: LoopRV) -> int:
 bsr_cpu_spmm_fixed = fixed_width(bsr_cpu_spmm)
 bsr_cpu_sddmm_fixed = fixed_width(bsr_cpu_sddmm)
 
-#: The default BSR schedule per operator and target (`sp.ops` with `format="bsr"`).
+#: The default BSR schedule per operator and target (`sp.ops` with `format="bsr"`), at a width
+#: that is not a multiple of `TILE` (see `default`).
 DEFAULT = {("spmm", "cpu"): bsr_cpu_spmm, ("sddmm", "cpu"): bsr_cpu_sddmm}
+
+
+def default(op: str, target: str, feat: int):
+    """The BSR schedule `sp.ops` runs for `op` at width `feat` (None where BSR has none).
+
+    SpMM at a width that is a multiple of `TILE` (32, 128, 512: the usual ones) runs
+    `bsr_cpu_spmm_fixed`, a kernel per width: with the row stride of C a constant, LLVM proves
+    that the b rows of the tile's outputs do not overlap and keeps them in vector registers
+    across the block row's stored blocks (with the width a run-time value they might overlap, so
+    each stored block loads and stores C's b x `TILE` outputs again). Measured on bcsstk16, b = 3,
+    one thread, CPU time of the kernel (hand-copied, `bench/bsr_paired.py` gives the whole calls):
+    width 32 0.62-0.71 -> 0.40-0.45 ms, width 128 2.8 -> 1.5 ms. Other widths keep one kernel
+    for every width (a compile per width would cost 3-7 s each)."""
+    if op == "spmm" and target == "cpu" and feat > 0 and feat % TILE == 0:
+        return bsr_cpu_spmm_fixed
+    return DEFAULT.get((op, target))
