@@ -88,6 +88,11 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
         else:
             sch.reorder(*((jo, k, ii, ji) if whole else (ii, jo, k, ji)))
         init = sch.decompose_reduction(block, jo) if _has_init(sch, inner) else None
+        if whole and init is not None and width is not None and width <= tile:
+            # The whole (constant) width is one tile: the block row's b x width outputs in a local
+            # tile (on the stack, which LLVM keeps in registers: no argument aliases it), C
+            # written once from it after the row's stored blocks.
+            sch.cache_write(block, "C", "local")
         if whole:
             sch.unroll(ii)
         sch.unroll(ji)

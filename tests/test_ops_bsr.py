@@ -3,12 +3,13 @@ shape (`sp.transform.pad_shape`) with `schedules/bsr.py`, against scipy; and the
 the decomposed path (`sp.ops.parts`: the gather of A's values, SDDMM's results back to A's order,
 the inf/NaN check on the rows of B that padding reads) against brute force, without compiling.
 
-Four kernels in all (each compile costs 3-7 s), every one on a matrix of random dense blocks at
+Five kernels in all (each compile costs 3-7 s), every one on a matrix of random dense blocks at
 80% fill, with a shape the block size does not divide and empty block rows; the width is a
-run-time value, so widths 1, 5 and 33 share a kernel:
+run-time value where it is not a multiple of `TILE`, so widths 1, 5 and 33 share a kernel:
 
     b = 5, float32 / int32      SpMM and SDDMM, one row of the block at a time (b > WHOLE_BLOCK), odd b
     b = 2, float64 / int64      SpMM and SDDMM, the whole block unrolled (b <= WHOLE_BLOCK)
+    b = 2, float32 / int32      SpMM at width `TILE`: compiled for it, the tile on the stack
 
 `tests/transform/test_pad_shape.py` runs the b = 2 float64 / int64 SpMM kernel too.
 """
@@ -108,6 +109,29 @@ def test_bsr_kernel_is_the_block_product_without_guards():
         # C is zeroed where each block row is summed (`fold_block_init`), not by a nest of its own.
         assert any("init" in x for x in blocks) and "csrmm_init" not in source
         assert len(re.findall(rf"for k\w*_inner in range\({tile}\):", source)) == 1  # the full tiles
+
+
+def test_bsr_width_of_whole_tiles_keeps_the_tile_in_registers():
+    """At a width that is a multiple of `TILE` the SpMM kernel is compiled for that width
+    (`schedules.bsr.default`); with one tile, the block row's b x `TILE` outputs live in a
+    local tile on the stack (`stack_zeros`) and C is written once per block row. Calls with
+    `out=` repeat (`sp.ops.repeat`): a new B, A's values changed in place, cora (not made of
+    blocks: padding everywhere), and a wrong `out` is still refused. One compile."""
+    A = block_matrix(2, seed=3)  # float32 / int32, a partial last block row and column, empty block rows
+    rng = np.random.default_rng(10)
+    out = np.full((A.shape[0], TILE), np.nan, np.float32)
+    for _ in range(2):
+        B = rng.standard_normal((A.shape[1], TILE)).astype(np.float32)
+        assert sp.ops.spmm(A, B, format="bsr", block_size=2, out=out) is out
+        np.testing.assert_allclose(out, A @ B, rtol=1e-4, atol=1e-4)
+        A.data *= 2  # in place: the next call gathers A's values again
+    cora = sp.data.load_matrix("cora")
+    B = rng.standard_normal((cora.shape[1], TILE)).astype(np.float32)
+    np.testing.assert_allclose(sp.ops.spmm(cora, B, format="bsr", block_size=2), cora @ B, rtol=1e-4, atol=1e-4)
+    sources = [k.source for key, k in KERNELS.items() if key.feat == TILE and "block_size', 2)" in key.format]
+    assert len(sources) == 1 and "stack_zeros(" in sources[0]
+    with pytest.raises(sp.InputError, match="out"):
+        sp.ops.spmm(A, B[: A.shape[1]], format="bsr", block_size=2, out=np.empty((A.shape[0], TILE), np.float64))
 
 
 def test_bsr_inf_in_b():
