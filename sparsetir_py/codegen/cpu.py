@@ -11,7 +11,7 @@ What differs from the shared renderer:
 - Atomic adds use LLVM's `atomicrmw` (`cpu_intrinsics.atomic_add`), so they are safe in a
   `prange` loop.
 - Scratch buffers of every scope are zero-filled numpy arrays allocated where the IR allocates
-  them; a `local` one of a constant size up to `cpu_intrinsics.STACK_BYTES` lives on the stack
+  them; a `local` one of a constant size up to `STACK_BYTES` lives on the stack
   (`stack_zeros`: a register tile that LLVM can keep in registers, knowing that no argument
   aliases it; a heap array costs an allocation each time and aliases, for LLVM, any array
   argument). A `local` buffer used inside a thread or parallel loop must be allocated inside it, and
@@ -245,8 +245,11 @@ class CPURenderer(Renderer):
             )
 
 
-def _fits_stack(items: int, dtype: str) -> bool:
-    """Whether `items` of `dtype` fit `cpu_intrinsics.STACK_BYTES` (`stack_zeros`)."""
-    from ..runtime.cpu_intrinsics import STACK_BYTES
+#: The most bytes a `local` scratch buffer puts on the stack (`runtime.cpu_intrinsics.stack_zeros`):
+#: a parallel loop's threads run on OpenMP's stacks (a few MB); past this, `np.zeros` (the heap).
+STACK_BYTES = 16 * 1024
 
+
+def _fits_stack(items: int, dtype: str) -> bool:
+    """Whether `items` of `dtype` fit `STACK_BYTES`."""
     return dtype != "bool" and 0 < items * (dt.bits(dtype) // 8) <= STACK_BYTES

@@ -62,18 +62,15 @@ def split_bound(offsets, n, part, parts):
     return lo
 
 
-#: The most bytes `stack_zeros` (and so a `local` scratch buffer on the CPU) puts on the stack:
-#: a parallel loop's threads run with OpenMP's stack (a few MB); past this, `np.zeros` (heap).
-STACK_BYTES = 16 * 1024
-
-
 @intrinsic
 def stack_zeros(typingctx, size, dtype):
-    """A zero-filled C-contiguous 1-D array of `size` (a constant, at most `STACK_BYTES`) items
+    """A zero-filled C-contiguous 1-D array of `size` (a constant, at most `codegen.cpu.STACK_BYTES`) items
     of `dtype` (a numpy scalar type such as `np.float32`), on the stack: its memory is reserved
     once per call of the function (in its entry block) and zeroed where this runs."""
     if not isinstance(size, types.IntegerLiteral) or not isinstance(getattr(dtype, "dtype", None), types.Number):
         return None
+    from ..codegen.cpu import STACK_BYTES
+
     n = size.literal_value
     item = dtype.dtype
     array_type = types.Array(item, 1, "C")
