@@ -28,10 +28,12 @@ that only where it can tell that the b rows of C do not overlap, which depends o
   the CPU code generator puts on the stack (`stack_zeros`), so nothing aliases it; the generated
   assembly at b = 3: per stored block 9 broadcasts, 12 loads of B, 36 FMAs, no access to C.
 
-Above `WHOLE_BLOCK` the block's rows go `_row_group(b)` at a time (b = 6: 3, b = 8: 4; one for a
-prime b): each row of B is loaded once for that many rows of C, the block's columns a loop around
-the features. Block rows run in parallel, one range of equal blocks per thread (`split_by` over the
-block row pointer).
+Above `WHOLE_BLOCK` the block's rows go one at a time, or at width `TILE` (the tile cached)
+`_row_group(b)` at a time (b = 6: 3, b = 8: 4; one for a prime b): each row of B is loaded once
+for that many rows of C, the block's columns a loop around the features.
+
+Block rows run in parallel, one range of equal blocks per thread (`split_by` over the block row
+pointer).
 
 SDDMM (`bsr_cpu_sddmm`), per stored block, the b x b dot products of b rows of X with b rows of Y
 in one sweep over the features: each element of X's b rows is loaded once for b products (for
@@ -91,9 +93,13 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
         width = sch.loop_extent(k)
         if tile == TILE and _values_dtype(sch) == "float64":
             tile = TILE // 2  # the same bytes: b rows of 16 float64 in the registers
-        group = _row_group(_extent(sch, ii))
+        # Above WHOLE_BLOCK, where the tile of outputs is cached (`cache_write` below), the block's
+        # rows `group` at a time: each row of B loaded once for `group` rows of C. Elsewhere one row
+        # at a time: the block's columns would be a loop around the features, and each would load
+        # and store the group's outputs again (mesh-b6, width 128: 2x slower than one row).
+        tiled = width is not None and width <= tile and _has_init(sch, inner)
+        group = _row_group(_extent(sch, ii)) if tiled else 1
         if not whole and group > 1:
-            # The block's rows `group` at a time: each row of B loaded once for `group` rows of C.
             ii_outer, ii = sch.split(ii, [None, group])
         if width is None or width > tile:
             k_outer, k = sch.split(k, [None, tile])
@@ -110,7 +116,7 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
         else:
             sch.reorder(ii, jo, k, ji)
         init = sch.decompose_reduction(block, jo) if _has_init(sch, inner) else None
-        if (whole or group > 1) and init is not None and width is not None and width <= tile:
+        if (whole or group > 1) and init is not None and tiled:
             # The whole (constant) width is one tile: the block row's b x width outputs in a local
             # tile (on the stack, which LLVM keeps in registers: no argument aliases it), C
             # written once from it after the row's stored blocks.
