@@ -7,8 +7,8 @@ Six kernels in all (each compile costs 3-7 s), every one on a matrix of random d
 80% fill, with a shape the block size does not divide and empty block rows; the width is a
 run-time value where it is not a multiple of `TILE`, so widths 1, 5 and 33 share a kernel:
 
-    b = 6, float32 / int32      SpMM and SDDMM above WHOLE_BLOCK: SpMM's rows 3 at a time, SDDMM's one
-    b = 5, float32 / int32      SpMM one row of the block at a time (a prime b > WHOLE_BLOCK), odd b
+    b = 6, float32 / int32      SpMM and SDDMM above WHOLE_BLOCK, one row of the block at a time
+    b = 6, float32 / int32      SpMM at width `TILE`: compiled for it, rows 3 at a time, the tile on the stack
     b = 2, float64 / int64      SpMM and SDDMM, the whole block unrolled (b <= WHOLE_BLOCK)
     b = 2, float32 / int32      SpMM at width `TILE`: compiled for it, the tile on the stack
 
@@ -62,7 +62,7 @@ def check(A, b: int, widths=(1, 5, 33)) -> None:
         np.testing.assert_allclose(S.data, A.multiply(X @ Y.T).tocsr().data, rtol=tol, atol=tol)
 
 
-def test_bsr_rows_in_groups_float32():
+def test_bsr_row_by_row_float32():
     A = block_matrix(6)
     check(A, 6)
     # The parts' values and outputs are scratch reused across calls: an earlier result stays.
@@ -97,14 +97,15 @@ def test_bsr_without_nonzeros_and_with_out():
 def test_bsr_kernel_is_the_block_product_without_guards():
     A = block_matrix(2, idtype=np.int64, dtype=np.float64)
     sp.ops.spmm(A, np.ones((A.shape[1], 8)), format="bsr", block_size=2)
-    A5 = block_matrix(5)
-    B5 = np.random.default_rng(5).standard_normal((53, 8)).astype(np.float32)
-    np.testing.assert_allclose(sp.ops.spmm(A5, B5, format="bsr", block_size=5), A5 @ B5, rtol=1e-4, atol=1e-4)
     sp.ops.spmm(block_matrix(6), np.ones((64, 8), np.float32), format="bsr", block_size=6)
-    # The whole block unrolled (float64: tiles of TILE // 2); one row of the block (its b cells)
-    # for a prime b; rows 3 at a time for b = 6 (its columns a loop).
-    for b, cells, tile in ((2, 4, TILE // 2), (5, 5, TILE), (6, 3, TILE)):
-        sources = [k.source for key, k in KERNELS.items() if key.op == "spmm" and f"block_size', {b})" in key.format]
+    # The whole block unrolled (float64: tiles of TILE // 2); above WHOLE_BLOCK one row of the
+    # block at a time (its b cells).
+    for b, cells, tile in ((2, 4, TILE // 2), (6, 6, TILE)):
+        sources = [
+            k.source
+            for key, k in KERNELS.items()
+            if key.op == "spmm" and key.feat is None and f"block_size', {b})" in key.format
+        ]
         assert sources
         source = sources[-1]
         assert "m_bsr" in source and " < m " not in source and " < n:" not in source  # no padding guard
@@ -114,6 +115,17 @@ def test_bsr_kernel_is_the_block_product_without_guards():
         # C is zeroed where each block row is summed (`fold_block_init`), not by a nest of its own.
         assert any("init" in x for x in blocks) and "csrmm_init" not in source
         assert len(re.findall(rf"for k\w*_inner in range\({tile}\):", source)) == 1  # the full tiles
+
+
+def test_bsr_rows_in_groups_at_the_width_of_a_tile():
+    """At width `TILE` (the tile cached on the stack) b = 6 runs its rows 3 at a time: 3 cells
+    unrolled, the block's columns a loop; one kernel for the width, no partial tile."""
+    A = block_matrix(6, seed=8)
+    B = np.random.default_rng(11).standard_normal((A.shape[1], TILE)).astype(np.float32)
+    np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=6), A @ B, rtol=1e-4, atol=1e-4)
+    (source,) = [k.source for key, k in KERNELS.items() if key.feat == TILE and "block_size', 6)" in key.format]
+    blocks = [line.strip() for line in source.splitlines() if line.strip().startswith('# block "csrmm_bsr1')]
+    assert len([x for x in blocks if "init" not in x]) == 3 and "stack_zeros(" in source
 
 
 def test_bsr_width_of_whole_tiles_keeps_the_tile_in_registers():
