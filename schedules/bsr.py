@@ -13,16 +13,27 @@ SpMM (`bsr_cpu_spmm`), per block row, per tile of `TILE` features, per stored bl
 
 with the tile's features innermost (a loop of a constant `TILE` iterations, whatever the width:
 `partition_loops` runs the full tiles without a guard, the last partial one with it). The b^2
-values of the block and its column are loaded once per block and tile (`hoist_loop_invariants`);
-LLVM vectorises the tile completely and, the tile's b x `TILE` outputs being the same for every
-stored block of the row, keeps them in vector registers across the row's blocks: per block, b
-rows of B loaded once each and used for b output rows, b^2 multiply-adds per feature, no load or
-store of C (the generated assembly at b = 3: 9 broadcasts, 12 loads of B, 36 FMAs per block).
-Before (the features innermost over the whole width, C added into per block and cell, the width a
-run-time loop, so nothing hoisted) the kernel took 1.4-2x CSR's time at widths 32/128. Above
-`WHOLE_BLOCK`, one row of the block at a time: the row's tile in registers across the blocks,
-b cells unrolled. Block rows run in parallel, one range of equal blocks per thread (`split_by`
-over the block row pointer).
+values of the block and its column are loaded once per block and tile (`hoist_loop_invariants`),
+and LLVM vectorises the tile completely. The tile's b x `TILE` outputs are the same for every
+stored block of the row, so they can stay in vector registers across the row's blocks: per block,
+b rows of B loaded once each and used for b output rows, b^2 multiply-adds per feature. LLVM does
+that only where it can tell that the b rows of C do not overlap, which depends on the width:
+
+- a width that is not a multiple of `TILE` (one kernel for all of them): the row stride of C is
+  a run-time value, so each stored block loads and stores the tile's outputs again (and LLVM
+  checks at run time that C and B do not overlap);
+- a multiple of `TILE` (`default`: compiled for that width, `bsr_cpu_spmm_fixed`): the stride is
+  a constant, the outputs stay in registers across the blocks;
+- exactly `TILE`: the block row's outputs are cached in a `local` tile (`cache_write`), which
+  the CPU code generator puts on the stack (`stack_zeros`), so nothing aliases it; the generated
+  assembly at b = 3: per stored block 9 broadcasts, 12 loads of B, 36 FMAs, no access to C.
+
+Above `WHOLE_BLOCK` the block's rows go one at a time, or at width `TILE` (the tile cached)
+`_row_group(b)` at a time (b = 6: 3, b = 8: 4; one for a prime b): each row of B is loaded once
+for that many rows of C, the block's columns a loop around the features.
+
+Block rows run in parallel, one range of equal blocks per thread (`split_by` over the block row
+pointer).
 
 SDDMM (`bsr_cpu_sddmm`), per stored block, the b x b dot products of b rows of X with b rows of Y
 in one sweep over the features: each element of X's b rows is loaded once for b products (for
@@ -70,7 +81,9 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
     """SpMM over BSR parts (module docstring): C's init in parallel over rows; per part block rows
     in parallel (balanced by blocks); per block row the features in tiles of `tile` outside its
     stored blocks, and per stored block the b x b block product unrolled inside the tile's
-    feature loop (one row of the block at a time above `WHOLE_BLOCK`)."""
+    feature loop (one row of the block at a time above `WHOLE_BLOCK`). Where the width is a
+    constant up to `tile`, the block row's outputs go through a `local` tile (`cache_write`), and
+    above `WHOLE_BLOCK` the block's rows `_row_group(b)` at a time."""
     for nest in top_level_nests(sch.func):
         if nest.blocks and nest.blocks[0].endswith("_init0"):
             sch.parallel(nest.spatial[0])
@@ -82,17 +95,40 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
         width = sch.loop_extent(k)
         if tile == TILE and _values_dtype(sch) == "float64":
             tile = TILE // 2  # the same bytes: b rows of 16 float64 in the registers
+        # Above WHOLE_BLOCK, where the tile of outputs is cached (`cache_write` below), the block's
+        # rows `group` at a time: each row of B loaded once for `group` rows of C. Elsewhere one row
+        # at a time: the block's columns would be a loop around the features, and each would load
+        # and store the group's outputs again (mesh-b6, width 128: 2x slower than one row).
+        tiled = width is not None and width <= tile and _has_init(sch, inner)
+        group = _row_group(_extent(sch, ii)) if tiled else 1
+        if not whole and group > 1:
+            ii_outer, ii = sch.split(ii, [None, group])
         if width is None or width > tile:
             k_outer, k = sch.split(k, [None, tile])
-            sch.reorder(*((k_outer, jo, k, ii, ji) if whole else (k_outer, ii, jo, k, ji)))
+            if whole:
+                sch.reorder(k_outer, jo, k, ii, ji)
+            elif group > 1:
+                sch.reorder(k_outer, ii_outer, jo, ji, k, ii)
+            else:
+                sch.reorder(k_outer, ii, jo, k, ji)
+        elif whole:
+            sch.reorder(jo, k, ii, ji)
+        elif group > 1:
+            sch.reorder(ii_outer, jo, ji, k, ii)
         else:
-            sch.reorder(*((jo, k, ii, ji) if whole else (ii, jo, k, ji)))
+            sch.reorder(ii, jo, k, ji)
         init = sch.decompose_reduction(block, jo) if _has_init(sch, inner) else None
-        if whole:
+        if (whole or group > 1) and init is not None and tiled:
+            # The whole (constant) width is one tile: the block row's b x width outputs in a local
+            # tile (on the stack, which LLVM keeps in registers: no argument aliases it), C
+            # written once from it after the row's stored blocks.
+            sch.cache_write(block, "C", "local")
+        if whole or group > 1:
             sch.unroll(ii)
-        sch.unroll(ji)
-        if init is not None and whole:
-            sch.unroll(sch.get_loops(init)[-1])  # the tile's b rows, as the sum's
+        if whole or group == 1:
+            sch.unroll(ji)
+        if init is not None and (whole or group > 1):
+            sch.unroll(sch.get_loops(init)[-1])  # the tile's rows, as the sum's
 
 
 def bsr_cpu_sddmm(sch: Schedule) -> None:
@@ -114,6 +150,12 @@ def bsr_cpu_sddmm(sch: Schedule) -> None:
             sch.unroll(loop)
 
 
+def _row_group(b: int) -> int:
+    """Above `WHOLE_BLOCK`, how many rows of a block SpMM computes together: the largest divisor of
+    b up to `WHOLE_BLOCK` (b = 6: 3, b = 8: 4; 1 for a prime b: one row at a time)."""
+    return max(g for g in range(1, WHOLE_BLOCK + 1) if b % g == 0)
+
+
 def _has_init(sch: Schedule, block: str) -> bool:
     """Whether the cell block zeroes C itself (`fold_block_init`) rather than an `_init0` nest."""
     return not any(n.blocks and n.blocks[0].endswith("_init0") for n in top_level_nests(sch.func))
@@ -132,5 +174,23 @@ def _extent(sch: Schedule, loop: LoopRV) -> int:
 bsr_cpu_spmm_fixed = fixed_width(bsr_cpu_spmm)
 bsr_cpu_sddmm_fixed = fixed_width(bsr_cpu_sddmm)
 
-#: The default BSR schedule per operator and target (`sp.ops` with `format="bsr"`).
+#: The default BSR schedule per operator and target (`sp.ops` with `format="bsr"`), at a width
+#: that is not a multiple of `TILE` (see `default`).
 DEFAULT = {("spmm", "cpu"): bsr_cpu_spmm, ("sddmm", "cpu"): bsr_cpu_sddmm}
+
+
+def default(op: str, target: str, feat: int):
+    """The BSR schedule `sp.ops` runs for `op` at width `feat` (None where BSR has none).
+
+    SpMM at a width that is a multiple of `TILE` (32, 128, 512: the usual ones) runs
+    `bsr_cpu_spmm_fixed`, a kernel per width: with the row stride of C a constant, LLVM proves
+    that the b rows of the tile's outputs do not overlap and keeps them in vector registers
+    across the block row's stored blocks (with the width a run-time value they might overlap, so
+    each stored block loads and stores C's b x `TILE` outputs again). Measured on bcsstk16, b = 3,
+    one thread, CPU time of whole `sp.ops.spmm(..., out=out)` calls against the run-time width
+    kernel (with the tile on the stack at width 32, `bsr_cpu_spmm`): 1.16 -> 0.87 ms at width 32,
+    2.48 -> 1.48 ms at 128, 11.8 -> 6.9 ms at 512. Other widths keep one kernel for every width
+    (a compile per width costs 3-7 s)."""
+    if op == "spmm" and target == "cpu" and feat > 0 and feat % TILE == 0:
+        return bsr_cpu_spmm_fixed
+    return DEFAULT.get((op, target))

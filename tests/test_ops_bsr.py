@@ -3,12 +3,14 @@ shape (`sp.transform.pad_shape`) with `schedules/bsr.py`, against scipy; and the
 the decomposed path (`sp.ops.parts`: the gather of A's values, SDDMM's results back to A's order,
 the inf/NaN check on the rows of B that padding reads) against brute force, without compiling.
 
-Four kernels in all (each compile costs 3-7 s), every one on a matrix of random dense blocks at
+Six kernels in all (each compile costs 3-7 s), every one on a matrix of random dense blocks at
 80% fill, with a shape the block size does not divide and empty block rows; the width is a
-run-time value, so widths 1, 5 and 33 share a kernel:
+run-time value where it is not a multiple of `TILE`, so widths 1, 5 and 33 share a kernel:
 
-    b = 5, float32 / int32      SpMM and SDDMM, one row of the block at a time (b > WHOLE_BLOCK), odd b
+    b = 6, float32 / int32      SpMM and SDDMM above WHOLE_BLOCK, one row of the block at a time
+    b = 6, float32 / int32      SpMM at width `TILE`: compiled for it, rows 3 at a time, the tile on the stack
     b = 2, float64 / int64      SpMM and SDDMM, the whole block unrolled (b <= WHOLE_BLOCK)
+    b = 2, float32 / int32      SpMM at width `TILE`: compiled for it, the tile on the stack
 
 `tests/transform/test_pad_shape.py` runs the b = 2 float64 / int64 SpMM kernel too.
 """
@@ -61,13 +63,13 @@ def check(A, b: int, widths=(1, 5, 33)) -> None:
 
 
 def test_bsr_row_by_row_float32():
-    A = block_matrix(5)
-    check(A, 5)
+    A = block_matrix(6)
+    check(A, 6)
     # The parts' values and outputs are scratch reused across calls: an earlier result stays.
     rng = np.random.default_rng(7)
     X, Y = rng.standard_normal((2, A.shape[0], 4)).astype(np.float32), rng.standard_normal((A.shape[1], 4))
-    first = sp.ops.sddmm(A, X[0], Y.astype(np.float32), format="bsr", block_size=5)
-    second = sp.ops.sddmm(A, X[1], Y.astype(np.float32), format="bsr", block_size=5)
+    first = sp.ops.sddmm(A, X[0], Y.astype(np.float32), format="bsr", block_size=6)
+    second = sp.ops.sddmm(A, X[1], Y.astype(np.float32), format="bsr", block_size=6)
     for S, Xi in ((first, X[0]), (second, X[1])):
         np.testing.assert_allclose(S.data, A.multiply(Xi @ Y.T).tocsr().data, rtol=1e-4, atol=1e-4)
 
@@ -83,22 +85,27 @@ def test_bsr_whole_block_int64_float64():
 def test_bsr_without_nonzeros_and_with_out():
     empty = scipy.sparse.csr_matrix((9, 7), dtype=np.float32)
     B = np.ones((7, 5), np.float32)
-    assert not sp.ops.spmm(empty, B, format="bsr", block_size=5).any()
-    assert sp.ops.sddmm(empty, np.ones((9, 5), np.float32), B, format="bsr", block_size=5).nnz == 0
-    A = block_matrix(5, seed=2)  # 64 rows: C is computed with 65, `out` gets the first 64
+    assert not sp.ops.spmm(empty, B, format="bsr", block_size=6).any()
+    assert sp.ops.sddmm(empty, np.ones((9, 5), np.float32), B, format="bsr", block_size=6).nnz == 0
+    A = block_matrix(6, seed=2)  # 77 rows: C is computed with 78, `out` gets the first 77
     B = np.random.default_rng(2).standard_normal((A.shape[1], 5)).astype(np.float32)
     out = np.full((A.shape[0], 5), np.nan, np.float32)
-    assert sp.ops.spmm(A, B, format="bsr", block_size=5, out=out) is out
+    assert sp.ops.spmm(A, B, format="bsr", block_size=6, out=out) is out
     np.testing.assert_allclose(out, A @ B, rtol=1e-4, atol=1e-4)
 
 
 def test_bsr_kernel_is_the_block_product_without_guards():
     A = block_matrix(2, idtype=np.int64, dtype=np.float64)
     sp.ops.spmm(A, np.ones((A.shape[1], 8)), format="bsr", block_size=2)
-    sp.ops.spmm(block_matrix(5), np.ones((53, 8), np.float32), format="bsr", block_size=5)
-    # The whole block unrolled (float64: tiles of TILE // 2); one row of the block (its b cells).
-    for b, cells, tile in ((2, 4, TILE // 2), (5, 5, TILE)):
-        sources = [k.source for key, k in KERNELS.items() if key.op == "spmm" and f"block_size', {b})" in key.format]
+    sp.ops.spmm(block_matrix(6), np.ones((64, 8), np.float32), format="bsr", block_size=6)
+    # The whole block unrolled (float64: tiles of TILE // 2); above WHOLE_BLOCK one row of the
+    # block at a time (its b cells).
+    for b, cells, tile in ((2, 4, TILE // 2), (6, 6, TILE)):
+        sources = [
+            k.source
+            for key, k in KERNELS.items()
+            if key.op == "spmm" and key.feat is None and f"block_size', {b})" in key.format
+        ]
         assert sources
         source = sources[-1]
         assert "m_bsr" in source and " < m " not in source and " < n:" not in source  # no padding guard
@@ -110,18 +117,52 @@ def test_bsr_kernel_is_the_block_product_without_guards():
         assert len(re.findall(rf"for k\w*_inner in range\({tile}\):", source)) == 1  # the full tiles
 
 
+def test_bsr_rows_in_groups_at_the_width_of_a_tile():
+    """At width `TILE` (the tile cached on the stack) b = 6 runs its rows 3 at a time: 3 cells
+    unrolled, the block's columns a loop; one kernel for the width, no partial tile."""
+    A = block_matrix(6, seed=8)
+    B = np.random.default_rng(11).standard_normal((A.shape[1], TILE)).astype(np.float32)
+    np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=6), A @ B, rtol=1e-4, atol=1e-4)
+    (source,) = [k.source for key, k in KERNELS.items() if key.feat == TILE and "block_size', 6)" in key.format]
+    blocks = [line.strip() for line in source.splitlines() if line.strip().startswith('# block "csrmm_bsr1')]
+    assert len([x for x in blocks if "init" not in x]) == 3 and "stack_zeros(" in source
+
+
+def test_bsr_width_of_whole_tiles_keeps_the_tile_in_registers():
+    """At a width that is a multiple of `TILE` the SpMM kernel is compiled for that width
+    (`schedules.bsr.default`); with one tile, the block row's b x `TILE` outputs live in a
+    local tile on the stack (`stack_zeros`) and C is written once per block row. Calls with
+    `out=` repeat (`sp.ops.repeat`): a new B, A's values changed in place, cora (not made of
+    blocks: padding everywhere), and a wrong `out` is still refused. One compile."""
+    A = block_matrix(2, seed=3)  # float32 / int32, a partial last block row and column, empty block rows
+    rng = np.random.default_rng(10)
+    out = np.full((A.shape[0], TILE), np.nan, np.float32)
+    for _ in range(2):
+        B = rng.standard_normal((A.shape[1], TILE)).astype(np.float32)
+        assert sp.ops.spmm(A, B, format="bsr", block_size=2, out=out) is out
+        np.testing.assert_allclose(out, A @ B, rtol=1e-4, atol=1e-4)
+        A.data *= 2  # in place: the next call gathers A's values again
+    cora = sp.data.load_matrix("cora")
+    B = rng.standard_normal((cora.shape[1], TILE)).astype(np.float32)
+    np.testing.assert_allclose(sp.ops.spmm(cora, B, format="bsr", block_size=2), cora @ B, rtol=1e-4, atol=1e-4)
+    sources = [k.source for key, k in KERNELS.items() if key.feat == TILE and "block_size', 2)" in key.format]
+    assert len(sources) == 1 and "stack_zeros(" in sources[0]
+    with pytest.raises(sp.InputError, match="out"):
+        sp.ops.spmm(A, B[: A.shape[1]], format="bsr", block_size=2, out=np.empty((A.shape[0], TILE), np.float64))
+
+
 def test_bsr_inf_in_b():
     """A padding cell holds 0: where it meets an inf of B, BSR would give NaN where A stores
     nothing, so the call falls back to CSR; an inf only real nonzeros read runs BSR."""
-    A = block_matrix(5)
-    conversion = parts.converted(format_rules.bsr, A, {"block_size": 5}, "float32", "int32")
-    padded = parts.padding_rows(conversion, 5, A.shape[1])
+    A = block_matrix(6)
+    conversion = parts.converted(format_rules.bsr, A, {"block_size": 6}, "float32", "int32")
+    padded = parts.padding_rows(conversion, 6, A.shape[1])
     read = np.unique(A.indices)
     B = np.random.default_rng(4).standard_normal((A.shape[1], 3)).astype(np.float32)
     for row in (padded[0], np.setdiff1d(read, padded)[0]):
         Binf = B.copy()
         Binf[row, 1] = np.inf
-        C = sp.ops.spmm(A, Binf, format="bsr", block_size=5)
+        C = sp.ops.spmm(A, Binf, format="bsr", block_size=6)
         with np.errstate(invalid="ignore"):
             np.testing.assert_allclose(C, A @ Binf, rtol=1e-4, atol=1e-4)  # NaN and inf where scipy has them
 

@@ -63,6 +63,7 @@ IMPORTS = {
     "cuda": "from numba import cuda",
     "atomic_add": "from sparsetir_py.runtime.cpu_intrinsics import atomic_add",
     "split_bound": "from sparsetir_py.runtime.cpu_intrinsics import split_bound",
+    "stack_zeros": "from sparsetir_py.runtime.cpu_intrinsics import stack_zeros",
     "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
     "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }

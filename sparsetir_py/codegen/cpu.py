@@ -11,7 +11,10 @@ What differs from the shared renderer:
 - Atomic adds use LLVM's `atomicrmw` (`cpu_intrinsics.atomic_add`), so they are safe in a
   `prange` loop.
 - Scratch buffers of every scope are zero-filled numpy arrays allocated where the IR allocates
-  them. A `local` buffer used inside a thread or parallel loop must be allocated inside it, and
+  them; a `local` one of a constant size up to `STACK_BYTES` lives on the stack
+  (`stack_zeros`: a register tile that LLVM can keep in registers, knowing that no argument
+  aliases it; a heap array costs an allocation each time and aliases, for LLVM, any array
+  argument). A `local` buffer used inside a thread or parallel loop must be allocated inside it, and
   a `shared` one inside the parallel (`prange`) loop, otherwise the serial emulation would share
   what CUDA gives each thread (block) privately: `CodegenError`.
 - Flat offsets are written `np.uint64(...)`: no wraparound of negative indices, so feature
@@ -30,6 +33,7 @@ Options: `fastmath` (True, False or a set of LLVM flags), `parallel` (default Tr
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from ..errors import CodegenError
@@ -215,6 +219,12 @@ class CPURenderer(Renderer):
         if buf.dtype not in dt.SCALAR_DTYPES:
             raise CodegenError(f"in `build`: scratch buffer `{buf.name}` has unsupported dtype {buf.dtype}")
         dtype = "np.bool_" if buf.dtype == "bool" else f"np.{buf.dtype}"
+        items = math.prod(d.value for d in buf.shape) if all(isinstance(d, IntImm) for d in buf.shape) else None
+        if buf.scope == "local" and items is not None and _fits_stack(items, buf.dtype):
+            # A register tile (`cache_write` to `local`, compacted): on the stack, LLVM knows that
+            # no argument aliases it and keeps it in registers; a heap array it would not.
+            self.use("stack_zeros")
+            return f"stack_zeros({items}, {dtype})  # local scratch, on the stack"
         return f"np.zeros({self.expr(self.flat_size(buf))}, dtype={dtype})  # {buf.scope} scratch"
 
     def check_scratch_use(self, buf: FlatBuffer) -> None:
@@ -233,3 +243,13 @@ class CPURenderer(Renderer):
                 f"({loop.thread or loop.kind}) but used inside it; on the CPU every {private_to} would share "
                 f"it, so allocate it inside the loop"
             )
+
+
+#: The most bytes a `local` scratch buffer puts on the stack (`runtime.cpu_intrinsics.stack_zeros`):
+#: a parallel loop's threads run on OpenMP's stacks (a few MB); past this, `np.zeros` (the heap).
+STACK_BYTES = 16 * 1024
+
+
+def _fits_stack(items: int, dtype: str) -> bool:
+    """Whether `items` of `dtype` fit `STACK_BYTES`."""
+    return dtype != "bool" and 0 < items * (dt.bits(dtype) // 8) <= STACK_BYTES

@@ -86,9 +86,12 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
     key = (
         repeat.repeat_key(op.name, A, dense, format, target, schedule, threads) if out is None and not params else None
     )
+    decomposed = not (isinstance(format, str) and format in ("auto", "csr"))
+    if decomposed:  # a composable format: its call checks `out` itself (`_call_parts`)
+        key = repeat.repeat_key(op.name, A, dense, format, target, schedule, threads, params, out)
     call = repeat.repeated(key, A, dense)
     if call is not None:
-        return call(A, *dense)
+        return call(A, *dense, out=out) if decomposed else call(A, *dense)
     if isinstance(format, str) and format == "auto" and schedule is not None:
         format = "csr"  # a schedule of the caller's: CSR's, as before formats were chosen
     if isinstance(format, str) and format == "auto":
@@ -106,7 +109,23 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
     dtype, operands, feat = dense_operands(op.name, csr.shape, csr.dtype, dense)
     inputs = (*operands, A.data if hasattr(A, "data") else None)
     if module is not None:
-        return _call_parts(op, csr, operands, feat, dtype, module, target, schedule, params, out, inputs, threads)
+        # A later call with this key repeats this one's kernel and conversion (`_call_parts`).
+        reusable = key is not None and target == "cpu" and csr is A and all(X is D for X, D in zip(operands, dense))
+        return _call_parts(
+            op,
+            csr,
+            operands,
+            feat,
+            dtype,
+            module,
+            target,
+            schedule,
+            params,
+            out,
+            inputs,
+            threads,
+            key if reusable else None,
+        )
     m, n = csr.shape
     data = np.ascontiguousarray(csr.data, dtype=dtype)
     result = op.result(csr, feat, dtype, out, inputs)
@@ -140,9 +159,12 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
     return op.finish(csr, result)
 
 
-def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedule, params, out, inputs, threads):
+def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedule, params, out, inputs, threads, key):
     """`op` with A (and SDDMM's output) decomposed by a rule module: convert (cached per
-    structure), compile (cached per format), gather A's values into the parts, run."""
+    structure), compile (cached per format), gather A's values into the parts, run. With a `key`
+    (`repeat.repeat_key`), a later call with that key runs `again`: no lookups, the kernel's
+    arguments bound once (`Kernel.runner`), per call only what may have changed (A's values,
+    `out`, the rows of B that padding reads)."""
     if not structure_checked(csr):
         # `as_csr` checked it: a later call with this structure checks only A's values, as on the
         # CSR path (the full check cost 0.22 ms a call on bcsstk16, half the BSR kernel at width 32).
@@ -158,21 +180,45 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
     m, n = csr.shape
     # BSR's SDDMM runs on a mask of ones and applies A's values on the way back (no gather).
     scaled = op.name == "sddmm" and pad is not None
-    values = conversion.ones(dtype) if scaled else conversion.values(csr.data, dtype)
-    args = {**dict(zip(op.args, operands)), "m": m, "n": n, "feat": feat, **conversion.structure, **values}
-    if op.name == "spmm":
-        result = args["c"] = op.result(csr, feat, dtype, out, inputs)
-    if pad is not None:  # BSR: operands and result of whole blocks (`parts.pad_operands`)
-        args = parts.pad_operands(op.name, args, conversion.structure, pad)
-    if op.name != "spmm":
-        flat, outputs = conversion.outputs(dtype)
-        args.update(outputs)
-    parts.run_parts(kernel, conversion, args, thread_args(target, csr.nnz * max(feat, 1), threads))
-    if op.name == "spmm":
-        if args["c"] is not result:  # C of whole blocks: its first m rows, in `out` if given
-            result = args["c"][:m] if out is None else np.copyto(result, args["c"][:m]) or result
-        return op.finish(csr, result)
-    return op.finish(csr, conversion.scaled_values(flat, csr.data) if scaled else conversion.stored_values(flat))
+    sizes = {"m": m, "n": n, "feat": feat, **conversion.structure}
+    threading = thread_args(target, csr.nnz * max(feat, 1), threads)
+    wanted = set(kernel.parameters)
+
+    def arguments(csr, operands, out, inputs) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+        """The kernel's arguments, SpMM's result (as returned) and SDDMM's flat output buffer."""
+        values = conversion.ones(dtype) if scaled else conversion.values(csr.data, dtype)
+        args = {**dict(zip(op.args, operands)), **sizes, **values}
+        result = flat = None
+        if op.name == "spmm":
+            result = args["c"] = op.result(csr, feat, dtype, out, inputs)
+        if pad is not None:  # BSR: operands and result of whole blocks (`parts.pad_operands`)
+            args = parts.pad_operands(op.name, args, conversion.structure, pad)
+        if op.name != "spmm":
+            flat, outputs = conversion.outputs(dtype)
+            args.update(outputs)
+        return {k: v for k, v in args.items() if k in wanted}, result, flat
+
+    def finish(csr, args, result, flat, out):
+        if op.name == "spmm":
+            if args["c"] is not result:  # C of whole blocks: its first m rows, in `out` if given
+                result = args["c"][:m] if out is None else np.copyto(result, args["c"][:m]) or result
+            return op.finish(csr, result)
+        return op.finish(csr, conversion.scaled_values(flat, csr.data) if scaled else conversion.stored_values(flat))
+
+    args, result, flat = arguments(csr, operands, out, inputs)
+    parts.run_parts(kernel, conversion, args, threading)
+    if key is not None:
+        runner = kernel.runner(check_structure=False, **threading, **args)
+
+        def again(A, *dense, out=None):
+            if op.name == "spmm" and not parts.padding_is_exact(conversion, pad, dense[0]):
+                return _call(op, A, dense, "csr", target, None, out, threads, {}, None)
+            args, result, flat = arguments(A, dense, out, (*dense, A.data))
+            runner(args)
+            return finish(A, args, result, flat, out)
+
+        repeat.remember(key, csr, again)
+    return finish(csr, args, result, flat, out)
 
 
 # -------------------------------------------------------------------- the operators

@@ -296,17 +296,19 @@ def pad_operands(op: str, args: dict, structure: dict, pad: tuple[dict, int]) ->
     return out
 
 
-def default_schedule(op: str, target: str, conversion: Conversion, padded: bool, module=None, params=None):
-    """The schedule of a decomposed format: BSR's (`schedules.bsr`) on a padded shape, column
-    parts' (`schedules.colparts`) for `format_rules.colparts`, else the schedule of any
-    decomposition (`schedules.common.parts`)."""
+def default_schedule(
+    op: str, target: str, conversion: Conversion, padded: bool, module=None, params=None, feat: int = 0
+):
+    """The schedule of a decomposed format: BSR's (`schedules.bsr.default`, by the width `feat`)
+    on a padded shape, column parts' (`schedules.colparts`) for `format_rules.colparts`, else the
+    schedule of any decomposition (`schedules.common.parts`)."""
     import format_rules
-    from schedules import colparts
-    from schedules.bsr import DEFAULT as BSR
+    from schedules import bsr, colparts
     from schedules.common import parts as parts_schedule
 
-    if padded and (op, target) in BSR:
-        return BSR[op, target]
+    own = bsr.default(op, target, feat) if padded else None
+    if own is not None:
+        return own
     own = colparts.default(op, target, **(params or {})) if module is format_rules.colparts else None
     if own is not None:
         return own
@@ -333,7 +335,7 @@ def parts_kernel(
 
     pad = padding(module, params, target)
     if schedule is None:
-        schedule = default_schedule(op, target, conversion, pad is not None, module, params)
+        schedule = default_schedule(op, target, conversion, pad is not None, module, params, feat)
     schedule = resolve_schedule(op, target, schedule)
     rules = conversion.rules
     format = (

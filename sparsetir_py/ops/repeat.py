@@ -19,14 +19,18 @@ REPEAT: dict[tuple, tuple] = {}
 MAX_REPEAT = 64
 
 
-def repeat_key(op: str, A, dense: tuple, format, target, schedule, threads) -> tuple | None:
-    """What the checks of this call depend on, or None where it cannot repeat one."""
+def repeat_key(op: str, A, dense: tuple, format, target, schedule, threads, params=None, out=None) -> tuple | None:
+    """What the checks of this call depend on, or None where it cannot repeat one. A decomposed
+    format's call (`params`, `out=`) is keyed by its parameters and whether `out` is given; its
+    call checks `out` itself."""
     data = getattr(A, "data", None)
     if type(data) is not np.ndarray or any(type(D) is not np.ndarray for D in dense):
         return None
     operands = tuple((D.dtype, D.shape) for D in dense)
     key = (op, type(A), id(getattr(A, "indptr", None)), id(getattr(A, "indices", None)), A.shape, data.dtype,
            operands, format, target, schedule, threads)  # fmt: skip
+    if params is not None:
+        key = (*key, tuple(sorted(params.items())), out is not None)
     try:
         hash(key)
     except TypeError:  # an unhashable argument (the slow path names what is wrong with it)

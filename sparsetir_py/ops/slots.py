@@ -39,18 +39,31 @@ def gather(data: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(**_FLAGS)
-def _rows_finite(B, rows):
+def _rows_finite(bits, rows, exponent):
     for t in range(rows.size):
-        r = rows[t]
-        for k in range(B.shape[1]):
-            if not np.isfinite(B[r, k]):
-                return False
+        row = bits[rows[t]]
+        bad = 0
+        for k in range(row.size):  # no exit inside: vectorised (a count of all-ones exponents)
+            bad += (row[k] & exponent) == exponent
+        if bad:
+            return False
     return True
 
 
+#: The exponent bits of a float by its size: all ones for inf and NaN only.
+EXPONENT = {4: (np.uint32, np.uint32(0x7F800000)), 8: (np.uint64, np.uint64(0x7FF0000000000000))}
+
+
 def rows_finite(B: np.ndarray, rows: np.ndarray) -> bool:
-    """Whether every entry of the rows `rows` (in range) of the 2-D array `B` is finite."""
-    return bool(_rows_finite(B, rows))
+    """Whether every entry of the rows `rows` (in range) of the 2-D array `B` is finite. A float32
+    or float64 C-contiguous `B` is read as integers (an entry is inf or NaN where its exponent
+    bits are all ones), a row at a time without an exit inside it: vectorised (bcsstk16's 557
+    rows that BSR 3 x 3 padding reads, width 512: 165 us -> 20-30 us with `np.isfinite` per entry)."""
+    exponent = EXPONENT.get(B.dtype.itemsize) if B.dtype.kind == "f" and B.flags.c_contiguous else None
+    if exponent is None:
+        return bool(np.isfinite(B[rows]).all())
+    view, mask = exponent
+    return bool(_rows_finite(B.view(view), rows, mask))
 
 
 @numba.njit(**_FLAGS)
@@ -83,16 +96,32 @@ def scaled(data: np.ndarray, flat: np.ndarray, index: np.ndarray, out: np.ndarra
     return out
 
 
-#: Elements per chunk of `same` (a temporary of this many booleans, not of the arrays' size).
-SAME_CHUNK = 1 << 16
+#: Elements per chunk of `same`: the compare stops at the end of the first chunk that differs.
+SAME_CHUNK = 1 << 12
+
+
+@numba.njit(**_FLAGS)
+def _same(a, b):
+    full = a.size // SAME_CHUNK
+    for c in range(full):
+        base = c * SAME_CHUNK
+        acc = np.uint64(0)
+        for t in range(SAME_CHUNK):  # a constant trip count: vectorised, no exit inside
+            acc |= np.uint64(a[np.uint64(base + t)] ^ b[np.uint64(base + t)])
+        if acc != 0:
+            return False
+    acc = np.uint64(0)
+    for t in range(full * SAME_CHUNK, a.size):
+        acc |= np.uint64(a[t] ^ b[t])
+    return acc == 0
 
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether the 1-D contiguous arrays `a` and `b` hold the same bytes (NaNs compare by bits),
-    in chunks that stop at the first difference. (numpy's vectorised compare: 0.1 ms on 290k
-    float32 where a Numba loop with an early exit ran at scalar speed, 0.27 ms.)"""
+    in chunks of `SAME_CHUNK` that stop at the first difference. Measured on 290k float32
+    (bcsstk16's values), one thread: 60 us, where numpy's `array_equal` in chunks took 90 us and
+    a loop that exits at the first differing element (not vectorised) 270 us."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     view = {4: np.uint32, 8: np.uint64}.get(a.dtype.itemsize, np.uint8)
-    a, b = a.view(view), b.view(view)
-    return all(np.array_equal(a[c : c + SAME_CHUNK], b[c : c + SAME_CHUNK]) for c in range(0, a.size, SAME_CHUNK))
+    return bool(_same(a.view(view), b.view(view)))

@@ -7,6 +7,10 @@ element. Integer and float arrays (LLVM >= 9 has `fadd`); no bounds check.
 `split_bound(offsets, n, part, parts)` is where part `part` of `parts` starts when iterations
 `0..n` are split into contiguous ranges of equal weight, iteration `i` weighing
 `offsets[i + 1] - offsets[i] + 1` (a loop annotated `split_by`).
+
+`stack_zeros(size, dtype)` is a zero-filled 1-D array of a constant `size` on the stack (a
+`local` scratch buffer of constant size: a register tile that LLVM keeps in registers, where
+`np.zeros` would allocate on the heap, and LLVM could not tell that it aliases no argument).
 """
 
 from __future__ import annotations
@@ -56,3 +60,40 @@ def split_bound(offsets, n, part, parts):
         else:
             hi = mid
     return lo
+
+
+@intrinsic
+def stack_zeros(typingctx, size, dtype):
+    """A zero-filled C-contiguous 1-D array of `size` (a constant, at most `codegen.cpu.STACK_BYTES`) items
+    of `dtype` (a numpy scalar type such as `np.float32`), on the stack: its memory is reserved
+    once per call of the function (in its entry block) and zeroed where this runs."""
+    if not isinstance(size, types.IntegerLiteral) or not isinstance(getattr(dtype, "dtype", None), types.Number):
+        return None
+    from ..codegen.cpu import STACK_BYTES
+
+    n = size.literal_value
+    item = dtype.dtype
+    array_type = types.Array(item, 1, "C")
+    if n < 1 or n * np.dtype(str(item)).itemsize > STACK_BYTES:
+        return None
+
+    def codegen(context, builder, sig, args):
+        from numba.np.arrayobj import populate_array
+
+        value_type = context.get_value_type(item)
+        ptr = cgutils.alloca_once(builder, value_type, size=n)
+        itemsize = context.get_abi_sizeof(value_type)
+        cgutils.memset(builder, ptr, context.get_constant(types.intp, n * itemsize), 0)
+        ary = context.make_array(array_type)(context, builder)
+        intp = context.get_value_type(types.intp)
+        populate_array(
+            ary,
+            data=ptr,
+            shape=cgutils.pack_array(builder, [intp(n)]),
+            strides=cgutils.pack_array(builder, [intp(itemsize)]),
+            itemsize=intp(itemsize),
+            meminfo=None,
+        )
+        return ary._getvalue()
+
+    return array_type(size, dtype), codegen
