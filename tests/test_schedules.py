@@ -34,31 +34,19 @@ def sddmm_reference(A, X, Y):
     return A.data * np.einsum("ij,ij->i", X[rows].astype(np.float64), Y[A.indices].astype(np.float64))
 
 
-@pytest.mark.parametrize("name", CPU_SPMM)
-@pytest.mark.parametrize("feat", [1, 13, 32])
-def test_cpu_spmm_schedules(name, feat):
-    A = load_matrix("cora")
-    B = np.random.default_rng(feat).standard_normal((A.shape[1], feat)).astype(np.float32)
-    np.testing.assert_allclose(sp.ops.spmm(A, B, schedule=name), A @ B, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("name", CPU_SDDMM)
-@pytest.mark.parametrize("feat", [1, 13, 32])
-def test_cpu_sddmm_schedules(name, feat):
-    A = load_matrix("citeseer")
-    rng = np.random.default_rng(feat)
-    X = rng.standard_normal((A.shape[0], feat)).astype(np.float32)
-    Y = rng.standard_normal((A.shape[1], feat)).astype(np.float32)
-    np.testing.assert_allclose(
-        sp.ops.sddmm(A, X, Y, schedule=name).data, sddmm_reference(A, X, Y), rtol=1e-4, atol=1e-4
-    )
-
-
-# Each schedule runs in one pair of index and value types, taken in turn, so that the random
-# matrices reach every schedule and every pair of types while each kernel is compiled once (all
-# four pairs for all 29 schedules cost 116 compilations: minutes on a cold cache). Every pair for
-# every schedule is covered on fixed matrices elsewhere (test_split_by, the operator tests).
+# Each schedule runs in one pair of index and value types, taken in turn, on a real graph and on
+# random matrices, so that every schedule and every pair of types is reached while each kernel is
+# compiled once for both tests (all four pairs for all 29 schedules cost 116 compilations:
+# minutes on a cold cache; the random matrices use width 13, one of the real graph's, so that the
+# schedules compiled for a fixed width share it too). Every pair for every schedule is covered on
+# fixed matrices elsewhere (test_split_by, the operator tests).
 _TYPES = [("int32", "float32"), ("int64", "float64"), ("int64", "float32"), ("int32", "float64")]
+_RUNS = [("spmm", name) for name in CPU_SPMM] + [("sddmm", name) for name in CPU_SDDMM]
+
+
+def _types(op: str, name: str) -> tuple[str, str]:
+    """The (index, value) dtypes `op`'s schedule `name` runs in."""
+    return _TYPES[_RUNS.index((op, name)) % len(_TYPES)]
 
 
 def _retyped(A, idtype: str, dtype: str):
@@ -69,17 +57,44 @@ def _retyped(A, idtype: str, dtype: str):
     return out
 
 
+def _tol(dtype: str) -> float:
+    return 1e-4 if dtype == "float32" else 1e-10
+
+
+@pytest.mark.parametrize("name", CPU_SPMM)
+@pytest.mark.parametrize("feat", [1, 13, 32])
+def test_cpu_spmm_schedules(name, feat):
+    idtype, dtype = _types("spmm", name)
+    A = _retyped(load_matrix("cora"), idtype, dtype)
+    B = np.random.default_rng(feat).standard_normal((A.shape[1], feat)).astype(dtype)
+    C = sp.ops.spmm(A, B, schedule=name)
+    assert C.dtype == dtype
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=_tol(dtype), atol=_tol(dtype))
+
+
+@pytest.mark.parametrize("name", CPU_SDDMM)
+@pytest.mark.parametrize("feat", [1, 13, 32])
+def test_cpu_sddmm_schedules(name, feat):
+    idtype, dtype = _types("sddmm", name)
+    A = _retyped(load_matrix("citeseer"), idtype, dtype)
+    rng = np.random.default_rng(feat)
+    X = rng.standard_normal((A.shape[0], feat)).astype(dtype)
+    Y = rng.standard_normal((A.shape[1], feat)).astype(dtype)
+    S = sp.ops.sddmm(A, X, Y, schedule=name)
+    assert S.indices.dtype == idtype and S.dtype == dtype
+    np.testing.assert_allclose(S.data, sddmm_reference(A, X, Y), rtol=_tol(dtype), atol=_tol(dtype))
+
+
 @settings(max_examples=10, deadline=None)
 @given(A=csr_matrices(max_rows=20, max_cols=20, value_dtypes=("float64",), index_dtypes=("int32",)))
 def test_cpu_schedules_on_random_matrices(A):
     rng = np.random.default_rng(0)
-    runs = [("spmm", name) for name in CPU_SPMM] + [("sddmm", name) for name in CPU_SDDMM]
-    for k, (op, name) in enumerate(runs):
-        idtype, dtype = _TYPES[k % len(_TYPES)]
+    for op, name in _RUNS:
+        idtype, dtype = _types(op, name)
         M = _retyped(A, idtype, dtype)
-        B = rng.standard_normal((M.shape[1], 9)).astype(dtype)
-        X = rng.standard_normal((M.shape[0], 9)).astype(dtype)
-        tol = 1e-4 if dtype == "float32" else 1e-10
+        B = rng.standard_normal((M.shape[1], 13)).astype(dtype)
+        X = rng.standard_normal((M.shape[0], 13)).astype(dtype)
+        tol = _tol(dtype)
         if op == "spmm":
             C = sp.ops.spmm(M, B, schedule=name)
             assert C.dtype == dtype

@@ -30,10 +30,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARSETIR_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("SPARSETIR_TUNE_DIR", raising=False)  # results under <cache>/tune/
+    """An empty tuning cache of the test's own, `<tmp_path>/tune/` (`$SPARSETIR_TUNE_DIR`). The
+    kernels stay in the suite's kernel cache: a search compiles every candidate it times, and an
+    empty kernel cache per test compiled them again in every test (`test_default_location`
+    checks `<cache>/tune/`, where results go when `$SPARSETIR_TUNE_DIR` is not set)."""
+    monkeypatch.setenv("SPARSETIR_TUNE_DIR", str(tmp_path / "tune"))
     monkeypatch.setattr(tuning, "_MEMORY", {})
     return tmp_path
+
+
+def test_default_location(tmp_path, monkeypatch):
+    """Without `$SPARSETIR_TUNE_DIR`, results are saved under `$SPARSETIR_CACHE_DIR/tune/`."""
+    monkeypatch.setenv("SPARSETIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPARSETIR_TUNE_DIR", raising=False)
+    monkeypatch.setattr(tuning, "_MEMORY", {})
+    result = sp.tune.spmm(sp.data.load_matrix("karate"), 8, progress=False)  # decided by the model: no kernel
+    assert [p.name for p in (tmp_path / "tune").glob("*.json")] == [f"{result.key}.json"]
 
 
 @pytest.fixture
@@ -110,7 +122,7 @@ def test_results_are_cached_in_memory_and_on_disk(cache, timed):
         "print(json.dumps([r.cached, r.table.winner.label]))\n"
     )
     sps.save_npz(cache / "A.npz", A)
-    env = {**os.environ, "SPARSETIR_CACHE_DIR": str(cache)}
+    env = dict(os.environ)  # `$SPARSETIR_TUNE_DIR`: this test's tuning cache
     proc = subprocess.run([sys.executable, "-c", script, str(cache / "A.npz")], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

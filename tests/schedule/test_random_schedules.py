@@ -317,7 +317,7 @@ def cpu_kernel(mod: sp.IRModule):
 
 # ---------------------------------------------------------------- properties
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_schedules_interpreted(op, data):
     """Many short random schedules: all-or-nothing primitives, replay, interpreter vs scipy."""
@@ -327,7 +327,8 @@ def test_random_schedules_interpreted(op, data):
     with tester.explained():
         check_replay(sch, mod)
         for k, A in enumerate(small_matrices("int32", "float32")[-4:]):
-            check_result(op, lambda **kw: sp.interpret(sch.mod["main"], **kw), A, feat=5, seed=k)
+            # Width 3: not a multiple of any split factor, and the interpreter's time grows with it.
+            check_result(op, lambda **kw: sp.interpret(sch.mod["main"], **kw), A, feat=3, seed=k)
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
