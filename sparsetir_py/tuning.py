@@ -570,6 +570,7 @@ def candidates(
         # The split's ranges cost two binary searches over indptr each (1.3 us of a 5.5 us SpMM on
         # jazz, 5k nonzeros, width 32).
         searches = 2 * SPLIT_PARTS * math.log2(s.m + 2) * 1.5e-9 / mach.threads
+        timed = every or s.nnz * w >= TIMING_GRAIN
         for (split, imbalance), x4, fixed in itertools.product(splits, (False, True), (False, True)):
             name = "csr_cpu_rows" + split + ("_x4" if x4 else "") + ("_fixed" if fixed else "")
             factor = (gain if x4 else 1.0) * ((unrolled if x4 else plain) if fixed else 1.0)
@@ -577,14 +578,15 @@ def candidates(
             model = _model_csr(op, s, w, mach, imbalance, itemsize)
             out.append(Candidate("csr", {}, name, model * factor + extra))
             # SpMM eight nonzeros at a time (`csr_cpu_rows_split_x8_fixed`): more gathers in flight
-            # and rows of up to eight in one sweep. A candidate only where B outgrows the L2 (the
+            # and rows of up to eight in one sweep. A candidate only where candidates are timed
+            # (nnz x width from `TIMING_GRAIN`) and B outgrows the L2 (the
             # gathers wait on memory; on small graphs it measured 2-10% slower than x4, and its
             # kernel compiles in twice x4's time), ranked just ahead of x4 so that both are timed.
             # Paired, x8 vs x4 (ms): mesh2d (200k rows, 5 per row) width 32 11.0 vs 16.2, a
             # uniform random graph (160k rows, 10 per row) 39.5 vs 42.6, 183 vs 218 at width 128.
             # SDDMM's x8 measured mixed (mesh2d width 32 1.3x faster, the uniform graph at 128
             # 1.15x slower) and compiles in four times x4's time: not a candidate.
-            if op == "spmm" and x4 and fixed and split and s.n * w * itemsize > mach.l2_bytes:
+            if op == "spmm" and x4 and fixed and split and timed and s.n * w * itemsize > mach.l2_bytes:
                 out.append(Candidate("csr", {}, "csr_cpu_rows_split_x8_fixed", model * factor * 0.97 + extra))
         if op == "sddmm":
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
