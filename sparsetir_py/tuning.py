@@ -76,7 +76,7 @@ from .runtime import timing
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
-TUNE_FORMAT = 8  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 9  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
 _MEMORY: dict[str, TuneResult] = {}
@@ -536,23 +536,30 @@ def candidates(
     cpu = target == "cpu"
     if cpu:
         static, split = s.static_imbalance(mach.threads), s.split_imbalance(mach.threads)
+        # Four nonzeros at a time (`_x4`). SpMM: one update of C's row per four nonzeros, four
+        # independent gathers of B; SDDMM: one sweep over X's row for four dot products. The
+        # partial chunk's copies are unrolled too, so at widths of 16 and more short rows gain as
+        # well. Paired, x4 vs plain, both with the width compiled in, widths 32/128/512 (ms):
+        # SpMM olm1000 (4 per row) 0.036 / 0.050 / 0.253 vs 0.077 / 0.051 / 0.314, pygsp_minnesota
+        # (2.5 per row) 0.053 / 0.186 / 0.649 vs 0.118 / 0.213 / 0.889, 4elt 0.35 / 1.48 / 8.4 vs
+        # 0.97 / 1.42 / 10.2; SDDMM against `csr_cpu_rows`: olm1000 1.40x / 1.61x / 1.30x,
+        # pygsp_minnesota 1.95x / 1.69x / 2.2x, jazz 1.40x / 1.36x / 1.29x. Below 16 (SpMV, a few
+        # features: a fixed-width kernel per width would cost more compiling than it saves) the
+        # rule stays where rows are long: SpMM x4 where they hold eight or more.
         mean = s.nnz / max(s.m, 1)
-        if op == "spmm":
-            # Four nonzeros per update of C's row: fewer loads and stores of C, more independent
-            # gathers; rows shorter than a chunk gain little (their remainder is most of them).
-            gain = 0.8 if mean >= 8 else 1.05
+        if w >= 16:
+            gain = 0.8 if op == "spmm" else 0.75
         else:
-            # Four dot products per sweep over X's row (one load of X for four nonzeros): pays
-            # where the sweep is long and rows hold full chunks.
-            gain = 0.85 if w >= 64 and mean >= 4 else 1.05
+            gain = 0.8 if op == "spmm" and mean >= 8 else 1.05
         # The width compiled in (`fixed_width` schedules): LLVM sizes the feature loop's vectors
         # and unrolling to it (SpMM plcomm width 128: 2.5x faster). At narrow widths a plain loop of
         # a constant length is unrolled into scalar code (slow); with four accumulators or rows of
         # B in flight it stays vectorised. SpMM at width 32, x4 fixed vs x4 (ms): wiki-Vote 0.183
-        # vs 0.236, 4elt 0.162 vs 0.186, pubmed and citeseer even; SDDMM: even or slower.
+        # vs 0.236, 4elt 0.162 vs 0.186, pubmed and citeseer even; SDDMM (paired): 1138_bus 0.071
+        # vs 0.084 ms, olm1000 0.028 vs 0.033, pygsp_minnesota 0.102 vs 0.128.
         wide = w >= 64
         plain = 0.7 if wide else 3.0
-        unrolled = 0.8 if wide else (0.85 if op == "spmm" else 1.0)
+        unrolled = 0.8 if wide else (0.85 if op == "spmm" or w >= 16 else 1.0)
         # Every CSR schedule `csr_cpu_rows[_split][_x4][_fixed]`: rows split into equal ranges of
         # rows or of nonzeros, one or four nonzeros at a time, the width a run-time value or
         # compiled in. Rows handed out in dynamic chunks (`_balanced`) are not candidates: the
@@ -563,12 +570,24 @@ def candidates(
         # The split's ranges cost two binary searches over indptr each (1.3 us of a 5.5 us SpMM on
         # jazz, 5k nonzeros, width 32).
         searches = 2 * SPLIT_PARTS * math.log2(s.m + 2) * 1.5e-9 / mach.threads
+        timed = every or s.nnz * w >= TIMING_GRAIN
         for (split, imbalance), x4, fixed in itertools.product(splits, (False, True), (False, True)):
             name = "csr_cpu_rows" + split + ("_x4" if x4 else "") + ("_fixed" if fixed else "")
             factor = (gain if x4 else 1.0) * ((unrolled if x4 else plain) if fixed else 1.0)
             extra = searches if split else 0.0
             model = _model_csr(op, s, w, mach, imbalance, itemsize)
             out.append(Candidate("csr", {}, name, model * factor + extra))
+            # SpMM eight nonzeros at a time (`csr_cpu_rows_split_x8_fixed`): more gathers in flight
+            # and rows of up to eight in one sweep. A candidate only where candidates are timed
+            # (nnz x width from `TIMING_GRAIN`) and B outgrows the L2 (the
+            # gathers wait on memory; on small graphs it measured 2-10% slower than x4, and its
+            # kernel compiles in twice x4's time), ranked just ahead of x4 so that both are timed.
+            # Paired, x8 vs x4 (ms): mesh2d (200k rows, 5 per row) width 32 11.0 vs 16.2, a
+            # uniform random graph (160k rows, 10 per row) 39.5 vs 42.6, 183 vs 218 at width 128.
+            # SDDMM's x8 measured mixed (mesh2d width 32 1.3x faster, the uniform graph at 128
+            # 1.15x slower) and compiles in four times x4's time: not a candidate.
+            if op == "spmm" and x4 and fixed and split and timed and s.n * w * itemsize > mach.l2_bytes:
+                out.append(Candidate("csr", {}, "csr_cpu_rows_split_x8_fixed", model * factor * 0.97 + extra))
         if op == "sddmm":
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
             row = w * itemsize
