@@ -65,7 +65,10 @@ def graphs(args) -> dict[str, scipy.sparse.csr_matrix]:
     if args.graphs:
         from .graphs import graph_file_stem, is_graph_file, load_graph
 
-        return {graph_file_stem(g) if is_graph_file(g) else g: load_graph(g) for g in args.graphs}
+        return {
+            graph_file_stem(g): load_graph(graph_file_stem(g), g) if is_graph_file(g) else load_graph(g)
+            for g in args.graphs
+        }
     return {f"rmat{args.rmat_scale}": power_law(args.rmat_scale, args.edge_factor), f"mesh{args.mesh}": mesh(args.mesh)}
 
 
@@ -151,6 +154,20 @@ def line(r: dict) -> str:
     return f"{r['graph']:>12} {r['case']:<14} nnz {r['nnz']:>9}  {times}  | {ratios}  | ours {r['GB/s']:.1f} GB/s"
 
 
+def geomeans(rows: list[dict]) -> list[str]:
+    """One line per operator: the geometric mean over its cases of each baseline's ratio."""
+    out = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        ratios: dict[str, list[float]] = {}
+        for r in rows:
+            if r["op"] == op:
+                for k, v in r["ratio"].items():
+                    ratios.setdefault(k, []).append(v)
+        means = "  ".join(f"{k} {float(np.exp(np.mean(np.log(v)))):.2f}x" for k, v in ratios.items())
+        out.append(f"{'geomean':>12} {op:<14} {len(next(iter(ratios.values()), []))} cases  | {means}")
+    return out
+
+
 def markdown(rows: list[dict]) -> str:
     head = [
         "| graph | case | nnz | ours ms | scipy ms | vs scipy | vs MKL | ours GB/s (model) |",
@@ -187,6 +204,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.smoke:
         args.rmat_scale, args.mesh, args.repeat, args.budget = 10, 60, 5, 0.5
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(args.threads))
+    if "MKL_RT" not in os.environ:
+        from .libraries import mkl_rt
+
+        if mkl_rt() is not None:  # sparse_dot_mkl finds the venv's MKL through it
+            os.environ["MKL_RT"] = str(mkl_rt())
     ops = OPS if args.op == "all" else (args.op,)
     mkl, why = mkl_product()
     if mkl is None and "spgemm" in ops:
@@ -198,6 +222,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 r = run_case(op, graph, A, name, calls, args.repeat, args.budget)
                 rows.append(r)
                 print(line(r), flush=True)
+    for line_ in geomeans(rows):
+        print(line_)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "coiteration.json").write_text(json.dumps(rows, indent=1))

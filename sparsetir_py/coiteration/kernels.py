@@ -364,6 +364,143 @@ ACC_ALLOC
                             C_data[C_indptr[vi] + t] = acc[C_indices[C_indptr[vi] + t]]
 """
 
+SPGEMM_WORK = """
+@T.prim_func
+def spgemm_work(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, c_work: T.handle, c_room: T.handle,
+                bounds: T.handle, m: T.int32, k: T.int32, n: T.int32, parts: T.int32, nnz_a: T.IDX):
+    T.func_attr({"stage": 2})
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    C_work = T.match_buffer(c_work, (m,), "int64")
+    C_room = T.match_buffer(c_room, (m,), "int64")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        for r in T.serial(Bounds[part + 1] - Bounds[part]):
+            with T.block("spgemm_work0"):
+                vi = T.axis.spatial(m, Bounds[part] + r)
+                work = T.alloc_buffer((1,), "int64", scope="local")
+                work[0] = T.int64(0)
+                for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                    kk: T.IDX = A_indices[A_indptr[vi] + p]
+                    work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
+                C_work[vi] = work[0]
+                C_room[vi] = T.min(work[0], T.int64(n))
+"""
+
+
+def spgemm_work_script(idtype: str = "int32", dtype: str = "float32") -> str:
+    """Each row's work in `A @ B` (its multiply-adds: the lengths of the rows of B it selects)
+    and its room (at most that many entries, at most `n`): what balances and bounds the
+    one-pass product (`spgemm_fused_script`)."""
+    return _HEADER + _typed(SPGEMM_WORK, idtype, dtype)
+
+
+SPGEMM_FUSED = """
+@T.prim_func
+def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
+                 b_indptr: T.handle, b_indices: T.handle, t_data: T.handle, t_indices: T.handle,
+                 t_start: T.handle, c_count: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
+                 parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
+    T.func_attr({"stage": 2})
+    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+    T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
+    T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
+    T_start = T.match_buffer(t_start, (parts + 1,), "int64")
+    C_count = T.match_buffer(c_count, (m,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        with T.block("spgemm_fused0"):
+            vp = T.axis.spatial(parts, part)
+            mark = T.alloc_buffer((n,), "int32", scope="local")
+            acc = T.alloc_buffer((n,), "VAL", scope="local")
+            tmp = T.alloc_buffer((n,), "IDX", scope="local")
+            cnt = T.alloc_buffer((n + 1,), "int32", scope="local")
+            top = T.alloc_buffer((1,), "int64", scope="local")
+            top[0] = T_start[vp]
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("spgemm_fused1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    start = T.alloc_buffer((1,), "int64", scope="local")
+                    lo = T.alloc_buffer((1,), "IDX", scope="local")
+                    hi = T.alloc_buffer((1,), "IDX", scope="local")
+                    start[0] = top[0]
+                    lo[0] = T.IDX(n)
+                    hi[0] = T.IDX(0)
+                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        a: T.VAL = A_data[A_indptr[vi] + p]
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            if mark[j] != vi + 1:
+                                mark[j] = vi + 1
+                                acc[j] = a * B_data[B_indptr[kk] + q]
+                                T_indices[top[0]] = j
+                                top[0] = top[0] + T.int64(1)
+                                lo[0] = T.min(lo[0], j)
+                                hi[0] = T.max(hi[0], j + T.IDX(1))
+                            else:
+                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+                    count: T.float64 = T.float64(top[0] - start[0])
+                    if count * T.log2(count + T.float64(1)) * T.float64(SORT_COST) > T.float64(hi[0] - lo[0]):
+                        top[0] = start[0]
+                        for j in T.serial(hi[0] - lo[0]):
+                            if mark[lo[0] + j] == vi + 1:
+                                T_indices[top[0]] = lo[0] + j
+                                T_data[top[0]] = acc[lo[0] + j]
+                                top[0] = top[0] + T.int64(1)
+                    elif count > T.float64(RADIX_MIN):
+                        # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
+                        d: T.IDX = T.IDX(T.ceil(T.sqrt(T.float64(hi[0] - lo[0]))))
+                        for u in T.serial(d + T.IDX(1)):
+                            cnt[u] = 0
+                        for t in T.serial(top[0] - start[0]):
+                            cnt[(T_indices[start[0] + t] - lo[0]) % d + T.IDX(1)] += 1
+                        for u in T.serial(d):
+                            cnt[u + T.IDX(1)] += cnt[u]
+                        for t in T.serial(top[0] - start[0]):
+                            jt: T.IDX = T_indices[start[0] + t]
+                            low: T.IDX = (jt - lo[0]) % d
+                            tmp[cnt[low]] = jt
+                            cnt[low] += 1
+                        for u in T.serial(d + T.IDX(1)):
+                            cnt[u] = 0
+                        for t in T.serial(top[0] - start[0]):
+                            cnt[(tmp[t] - lo[0]) // d + T.IDX(1)] += 1
+                        for u in T.serial(d):
+                            cnt[u + T.IDX(1)] += cnt[u]
+                        for t in T.serial(top[0] - start[0]):
+                            jt: T.IDX = tmp[t]
+                            high: T.IDX = (jt - lo[0]) // d
+                            T_indices[start[0] + T.int64(cnt[high])] = jt
+                            T_data[start[0] + T.int64(cnt[high])] = acc[jt]
+                            cnt[high] += 1
+                    else:
+                        T.sort_range(T_indices, start[0], top[0])
+                        for t in T.serial(top[0] - start[0]):
+                            T_data[start[0] + t] = acc[T_indices[start[0] + t]]
+                    C_count[vi] = T.IDX(top[0] - start[0])
+"""
+
+#: Rows of more entries than this that are not read off the workspace are sorted by two passes
+#: of a counting sort (digits of ceil(sqrt(span)) values: O(count + sqrt(span)), no
+#: mispredicted comparisons) instead of comparisons.
+RADIX_MIN = 32
+
+
+def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
+    """Symbolic and numeric passes in one: each chunk writes its rows, sorted, one after the
+    other from `t_start[part]` (room for the chunk's bound on its entries), and each row's count
+    into `c_count`; the operator then moves the chunks to their `indptr` positions."""
+    source = _typed(SPGEMM_FUSED, idtype, dtype).replace("SORT_COST", str(SORT_COST))
+    return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
+
+
 SPGEMM_MASKED = """
 @T.prim_func
 def spgemm_masked(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,

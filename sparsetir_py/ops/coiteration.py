@@ -63,6 +63,10 @@ def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str
         return kernels.spgemm_masked_script(idtype, dtype, workspace)
     if name == "compact":
         return kernels.compact_script(idtype, dtype)
+    if name == "fused":
+        return kernels.spgemm_fused_script(idtype, dtype)
+    if name == "work":
+        return kernels.spgemm_work_script(idtype, dtype)
     if name.startswith("same_"):
         expression, scalars = EWISE[name[len("same_") :]]
         return kernels.same_level_script(lattice(expression), scalars, idtype, dtype)
@@ -75,7 +79,8 @@ EWISE = {"add": ("alpha * A + beta * B", ("alpha", "beta")), "multiply": ("A * B
 
 
 def kernel(name: str, idtype: str, dtype: str, target: str = "cpu", schedule=None) -> Kernel:
-    """The compiled kernel `name` ("count", "numeric", "masked", "compact", "add", "multiply"),
+    """The compiled kernel `name` ("count", "numeric", "work", "fused", "masked", "compact", "add",
+    "multiply"),
     built once per dtypes, target and schedule."""
     schedule = resolve_schedule("spgemm", target, schedule)
     key = KernelKey(name, "csr", dtype, idtype, target, None, schedule)
@@ -148,9 +153,12 @@ def _result_class(A) -> type:
 
 
 def _threads(threads, target: str, work: int) -> dict:
-    """The kernels' `threads=`: the caller's (checked as `sp.ops` checks it), else one thread
-    below `PARALLEL_GRAIN` of work on the CPU."""
-    return thread_args(target, work, check_threads(threads, target), grain=PARALLEL_GRAIN)
+    """The kernels' `threads=`: one thread below `PARALLEL_GRAIN` of work on the CPU (the
+    caller's `threads=`, checked as `sp.ops` checks it, is a cap), else the caller's."""
+    threads = check_threads(threads, target)
+    if target == "cpu" and work < PARALLEL_GRAIN:
+        return {"threads": 1}
+    return thread_args(target, work, threads, grain=PARALLEL_GRAIN)
 
 
 def _scalar(value, name: str) -> float:
@@ -221,6 +229,10 @@ def spgemm(
         from schedules import spgemm as shipped
 
         schedule = names["schedule"] = shipped.cpu_hash
+    if mask is None and target == "cpu" and workspace_of(schedule) == "local":
+        fused = _spgemm_fused(A, B, shape, cls, names, schedule, threads)
+        if fused is not None:
+            return fused
     parts = _parts(schedule, thread_args, m, n)
     hashed = mask is None and workspace_of(schedule) == "hash"
     work = work_prefix(A.indptr, A.indices, B.indptr) if hashed or (mask is not None and _irregular(A)) else None
@@ -264,6 +276,56 @@ def spgemm(
         check_structure=False, **thread_args, **_workspaces(schedule, sizes["parts"], n, dtype, True),
         **({"hsize": table_size(int(counts.max(initial=0)))} if hashed else {}),
     )  # fmt: skip
+    return _csr((data, indices, indptr), shape, cls)
+
+
+#: The one-pass SpGEMM writes rows into room for their bound (min(work, n) entries each), of which
+#: only the pages written are ever backed by memory; past this many bytes of room (virtual), the
+#: product runs the symbolic pass first instead and allocates its exact size.
+FUSED_ROOM_BYTES = 1 << 34
+
+
+def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
+    """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
+    writes its rows one after the other from `t_start[p]`, room for its rows' bounds; then the
+    chunks move down to their `indptr` positions (in order: a chunk's target may overlap the
+    room of the chunk before it, never a later chunk's rows) and the arrays shrink to the
+    result's size (`ndarray.resize`: a reallocation in place, nothing copied). None where the
+    room would pass `FUSED_ROOM_BYTES` or the index dtype."""
+    m, n = shape
+    k = A.shape[1]
+    idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
+    structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
+    estimate = _threads(threads, "cpu", A.nnz)
+    bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
+    work, room = np.empty(m, np.int64), np.empty(m, np.int64)
+    kernel("work", **names)(
+        **structure, c_work=work, c_room=room, bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1, nnz_a=A.nnz,
+        check_structure=False, **estimate,
+    )  # fmt: skip
+    work, room = prefix(work), prefix(room)
+    nnz_t = int(room[-1])
+    if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or nnz_t > _INT32_MAX and idtype == np.int32:
+        return None
+    thread_args = _threads(threads, "cpu", int(work[-1]))
+    bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
+    parts = len(bounds) - 1
+    t_start = room[bounds]
+    data, indices, counts = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype), np.empty(m, idtype)
+    kernel("fused", **names)(
+        **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
+        b_indices=B.indices, t_data=data, t_indices=indices, t_start=t_start, c_count=counts, bounds=bounds, m=m, k=k,
+        n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=nnz_t, check_structure=False, **thread_args,
+    )  # fmt: skip
+    indptr = prefix(counts).astype(idtype, copy=False)
+    for p in range(1, parts):
+        lo, hi, at = int(indptr[bounds[p]]), int(indptr[bounds[p + 1]]), int(t_start[p])
+        if at != lo:
+            data[lo:hi] = data[at : at + hi - lo]
+            indices[lo:hi] = indices[at : at + hi - lo]
+    nnz = int(indptr[-1])
+    data.resize(nnz, refcheck=False)
+    indices.resize(nnz, refcheck=False)
     return _csr((data, indices, indptr), shape, cls)
 
 
