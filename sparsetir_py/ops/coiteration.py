@@ -305,7 +305,7 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     )  # fmt: skip
     work, room = prefix(work), prefix(room)
     nnz_t = int(room[-1])
-    if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or nnz_t > _INT32_MAX and idtype == np.int32:
+    if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
         return None
     thread_args = _threads(threads, "cpu", int(work[-1]))
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
