@@ -44,7 +44,8 @@ _HEADER = "from sparsetir_py import script as T\n\n"
 
 
 def _typed(source: str, idtype: str, dtype: str) -> str:
-    return source.replace("IDX", idtype).replace("VAL", dtype)
+    sentinel = str(2**31 - 1 if idtype == "int32" else 2**63 - 1)  # past every column of the index dtype
+    return source.replace("IDX", idtype).replace("VAL", dtype).replace("SENTINEL", sentinel)
 
 
 # ------------------------------------------------------------------ element-wise merge
@@ -68,6 +69,10 @@ def merge_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", 
 
     body = "                        "
     params = "".join(f", {s}: T.VAL" for s in scalars)
+    if lat.kind == "intersection":
+        loop = _branchless_merge(lat, env, both, only_a, only_b)
+    else:
+        loop = _branchy_merge(emit, both, only_a, only_b, body)
     source = f"""
 @T.prim_func
 def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle, b_indptr: T.handle,
@@ -95,7 +100,16 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
                 pa[0] = A_indptr[vi]
                 pb[0] = B_indptr[vi]
                 pc[0] = C_start[vi]
-                while pa[0] < A_indptr[vi + 1] and pb[0] < B_indptr[vi + 1]:
+{loop}                C_count[vi] = pc[0] - C_start[vi]
+"""
+    source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
+    source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
+    return _HEADER + _typed(source, idtype, dtype)
+
+
+def _branchy_merge(emit, both, only_a, only_b, body: str) -> str:
+    """The two-pointer merge with a branch per step (any lattice), then the rest of each row."""
+    loop = f"""                while pa[0] < A_indptr[vi + 1] and pb[0] < B_indptr[vi + 1]:
                     ja: T.IDX = A_indices[pa[0]]
                     jb: T.IDX = B_indices[pb[0]]
                     if ja == jb:
@@ -107,17 +121,58 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
 {emit(only_b, "jb", body)}                        pb[0] = pb[0] + T.IDX(1)
 """
     if only_a is not None:
-        source += f"""                while pa[0] < A_indptr[vi + 1]:
+        loop += f"""                while pa[0] < A_indptr[vi + 1]:
 {emit(only_a, "A_indices[pa[0]]", "                    ")}                    pa[0] = pa[0] + T.IDX(1)
 """
     if only_b is not None:
-        source += f"""                while pb[0] < B_indptr[vi + 1]:
+        loop += f"""                while pb[0] < B_indptr[vi + 1]:
 {emit(only_b, "B_indices[pb[0]]", "                    ")}                    pb[0] = pb[0] + T.IDX(1)
 """
-    source += "                C_count[vi] = pc[0] - C_start[vi]\n"
-    source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
-    source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
-    return _HEADER + _typed(source, idtype, dtype)
+    return loop
+
+
+def _branchless_merge(lat: Lattice, env: dict, both, only_a, only_b) -> str:
+    """The merge with no unpredictable branch: the pointers advance by comparisons (0 or 1)
+    instead of an if/elif per step, which mispredicts about every other step on interleaved
+    rows (measured 1-2x faster on intersections). An intersection writes only where the heads
+    agree; a union whose every point is stored (`alpha * A + beta * B`) walks the least head of
+    both rows (an exhausted row's head is a sentinel past every column) and writes every step,
+    its value selected from the three points' by which heads are at the column (each point's
+    own expression, so `beta = inf` does not turn A-only entries into NaN). Unions keep the
+    branchy merge (`merge_script`): where rows hardly interleave (meshes) its branches predict
+    well and it measured 2-4x faster."""
+    one = "T.if_then_else({}, T.IDX(1), T.IDX(0))"
+    if lat.kind == "intersection":
+        value = render(both.expression, env)
+        return f"""                ea: T.IDX = A_indptr[vi + 1]
+                eb: T.IDX = B_indptr[vi + 1]
+                while pa[0] < ea and pb[0] < eb:
+                    ja: T.IDX = A_indices[pa[0]]
+                    jb: T.IDX = B_indices[pb[0]]
+                    if ja == jb:
+                        C_indices[pc[0]] = ja
+                        C_data[pc[0]] = T.VAL({value})
+                        pc[0] = pc[0] + T.IDX(1)
+                    pa[0] = pa[0] + {one.format("ja <= jb")}
+                    pb[0] = pb[0] + {one.format("jb <= ja")}
+"""
+    env = {**env, "A": "va", "B": "vb"}
+    top, left, right = (render(p.expression, env) for p in (both, only_a, only_b))
+    return f"""                ea: T.IDX = A_indptr[vi + 1]
+                eb: T.IDX = B_indptr[vi + 1]
+                while pa[0] < ea or pb[0] < eb:
+                    ja: T.IDX = T.if_then_else(pa[0] < ea, A_indices[pa[0]], T.IDX(SENTINEL))
+                    jb: T.IDX = T.if_then_else(pb[0] < eb, B_indices[pb[0]], T.IDX(SENTINEL))
+                    va: T.VAL = T.if_then_else(pa[0] < ea, A_data[pa[0]], T.VAL(0))
+                    vb: T.VAL = T.if_then_else(pb[0] < eb, B_data[pb[0]], T.VAL(0))
+                    jm: T.IDX = T.min(ja, jb)
+                    C_indices[pc[0]] = jm
+                    vm: T.VAL = T.if_then_else(jb == jm, T.VAL({top}), T.VAL({left}))
+                    C_data[pc[0]] = T.if_then_else(ja == jm, vm, T.VAL({right}))
+                    pc[0] = pc[0] + T.IDX(1)
+                    pa[0] = pa[0] + {one.format("ja == jm")}
+                    pb[0] = pb[0] + {one.format("jb == jm")}
+"""
 
 
 def merge_many_script(
@@ -499,6 +554,34 @@ def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     into `c_count`; the operator then moves the chunks to their `indptr` positions."""
     source = _typed(SPGEMM_FUSED, idtype, dtype).replace("SORT_COST", str(SORT_COST))
     return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
+
+
+COMPACT_CHUNKS = """
+@T.prim_func
+def compact_chunks(t_data: T.handle, t_indices: T.handle, t_start: T.handle, c_data: T.handle,
+                   c_indices: T.handle, c_indptr: T.handle, bounds: T.handle, m: T.int32, parts: T.int32,
+                   nnz_t: T.int64, nnz_c: T.IDX):
+    T.func_attr({"stage": 2})
+    T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
+    T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
+    T_start = T.match_buffer(t_start, (parts + 1,), "int64")
+    C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
+    C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
+    C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
+    Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
+    for part in T.serial(parts):
+        with T.block("compact_chunks0"):
+            vp = T.axis.spatial(parts, part)
+            for t in T.serial(C_indptr[Bounds[vp + 1]] - C_indptr[Bounds[vp]]):
+                C_indices[C_indptr[Bounds[vp]] + t] = T_indices[T_start[vp] + T.int64(t)]
+                C_data[C_indptr[Bounds[vp]] + t] = T_data[T_start[vp] + T.int64(t)]
+"""
+
+
+def compact_chunks_script(idtype: str = "int32", dtype: str = "float32") -> str:
+    """Copies chunk `part`'s rows, written one after the other from `t_start[part]`, to their
+    positions `c_indptr[bounds[part]]...` (the one-pass product's chunks into the result)."""
+    return _HEADER + _typed(COMPACT_CHUNKS, idtype, dtype)
 
 
 SPGEMM_MASKED = """

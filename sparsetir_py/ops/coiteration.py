@@ -67,6 +67,8 @@ def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str
         return kernels.spgemm_fused_script(idtype, dtype)
     if name == "work":
         return kernels.spgemm_work_script(idtype, dtype)
+    if name == "compact_chunks":
+        return kernels.compact_chunks_script(idtype, dtype)
     if name.startswith("same_"):
         expression, scalars = EWISE[name[len("same_") :]]
         return kernels.same_level_script(lattice(expression), scalars, idtype, dtype)
@@ -79,8 +81,8 @@ EWISE = {"add": ("alpha * A + beta * B", ("alpha", "beta")), "multiply": ("A * B
 
 
 def kernel(name: str, idtype: str, dtype: str, target: str = "cpu", schedule=None) -> Kernel:
-    """The compiled kernel `name` ("count", "numeric", "work", "fused", "masked", "compact", "add",
-    "multiply"),
+    """The compiled kernel `name` ("count", "numeric", "work", "fused", "masked", "compact",
+    "compact_chunks", "add", "multiply"),
     built once per dtypes, target and schedule."""
     schedule = resolve_schedule("spgemm", target, schedule)
     key = KernelKey(name, "csr", dtype, idtype, target, None, schedule)
@@ -283,15 +285,35 @@ def spgemm(
 #: only the pages written are ever backed by memory; past this many bytes of room (virtual), the
 #: product runs the symbolic pass first instead and allocates its exact size.
 FUSED_ROOM_BYTES = 1 << 34
+#: Chunks written by several threads land in a scratch buffer kept between calls (up to this
+#: many bytes): a fresh one would be faulted in page by page on every call, which costs here
+#: about as much as writing it (the result's own pages are faulted in once, as scipy's are).
+SCRATCH_BYTES = 1 << 30
+_SCRATCH: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _scratch(size: int, idtype: np.dtype, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays of at least `size` values and indices: the kept ones where they are large enough
+    (taken out while in use, so that concurrent calls never share them), else new ones."""
+    key = (idtype.name, dtype.name)
+    kept = _SCRATCH.pop(key, None)
+    if kept is not None and len(kept[0]) >= size:
+        return kept
+    return np.empty(size, dtype), np.empty(size, idtype)
+
+
+def _keep_scratch(arrays: tuple[np.ndarray, np.ndarray]) -> None:
+    if len(arrays[0]) * (arrays[0].itemsize + arrays[1].itemsize) <= SCRATCH_BYTES:
+        _SCRATCH[(arrays[1].dtype.name, arrays[0].dtype.name)] = arrays
 
 
 def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
     """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
-    writes its rows one after the other from `t_start[p]`, room for its rows' bounds; then the
-    chunks move down to their `indptr` positions (in order: a chunk's target may overlap the
-    room of the chunk before it, never a later chunk's rows) and the arrays shrink to the
-    result's size (`ndarray.resize`: a reallocation in place, nothing copied). None where the
-    room would pass `FUSED_ROOM_BYTES` or the index dtype."""
+    writes its rows one after the other from `t_start[p]`, room for its rows' bounds. One
+    chunk writes the result's own arrays, shrunk afterwards to its size (`ndarray.resize`: a
+    reallocation in place, nothing copied); several write a scratch buffer, copied into the
+    result by `compact_chunks`. None where the room would pass `FUSED_ROOM_BYTES` or the index
+    dtype."""
     m, n = shape
     k = A.shape[1]
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
@@ -311,21 +333,28 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
     parts = len(bounds) - 1
     t_start = room[bounds]
-    data, indices, counts = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype), np.empty(m, idtype)
+    if parts == 1:
+        t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
+    else:
+        t_data, t_indices = _scratch(nnz_t, idtype, dtype)
+    counts = np.empty(m, idtype)
     kernel("fused", **names)(
         **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
-        b_indices=B.indices, t_data=data, t_indices=indices, t_start=t_start, c_count=counts, bounds=bounds, m=m, k=k,
-        n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=nnz_t, check_structure=False, **thread_args,
+        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=counts, bounds=bounds, m=m,
+        k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data), check_structure=False, **thread_args,
     )  # fmt: skip
     indptr = prefix(counts).astype(idtype, copy=False)
-    for p in range(1, parts):
-        lo, hi, at = int(indptr[bounds[p]]), int(indptr[bounds[p + 1]]), int(t_start[p])
-        if at != lo:
-            data[lo:hi] = data[at : at + hi - lo]
-            indices[lo:hi] = indices[at : at + hi - lo]
     nnz = int(indptr[-1])
-    data.resize(nnz, refcheck=False)
-    indices.resize(nnz, refcheck=False)
+    if parts == 1:
+        t_data.resize(nnz, refcheck=False)
+        t_indices.resize(nnz, refcheck=False)
+        return _csr((t_data, t_indices, indptr), shape, cls)
+    data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
+    kernel("compact_chunks", **names)(
+        t_data=t_data, t_indices=t_indices, t_start=t_start, c_data=data, c_indices=indices, c_indptr=indptr,
+        bounds=bounds, m=m, parts=parts, nnz_t=len(t_data), nnz_c=nnz, check_structure=False, **thread_args,
+    )  # fmt: skip
+    _keep_scratch((t_data, t_indices))
     return _csr((data, indices, indptr), shape, cls)
 
 
@@ -339,19 +368,33 @@ def _irregular(A) -> bool:
 
 def _compacted(t_data, t_indices, t_start, counts, shape, cls, names: dict, bounds, thread_args: dict):
     """The result from rows written at `t_start[i]` (`counts[i]` entries each): the same arrays
-    when every row filled its room, else copied to their canonical positions by `compact`."""
+    when every row filled its room, else the rows moved down to their canonical positions in
+    the same arrays by `compact` (one chunk, rows in order: a row's target never reaches past
+    its own room, so no row is overwritten before it moves) and the arrays shrunk to the
+    result's size (`ndarray.resize`, in place). Moving in place touches no new memory: here a
+    fresh array costs more to fault in, page by page, than the copy itself."""
     idtype = t_indices.dtype
     indptr = prefix(counts).astype(idtype, copy=False)
     nnz = int(indptr[-1])
-    if nnz == len(t_indices):
-        return _csr((t_data, t_indices, indptr), shape, cls)
-    data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, idtype)
-    kernel("compact", **names)(
-        t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=data, c_indices=indices,
-        c_indptr=indptr, bounds=bounds, m=shape[0], parts=len(bounds) - 1, nnz_t=len(t_indices), nnz_c=nnz,
-        check_structure=False, **thread_args,
-    )  # fmt: skip
-    return _csr((data, indices, indptr), shape, cls)
+    if nnz != len(t_indices) and names["target"] != "cpu":
+        # A CUDA kernel's arguments are copied to the device one by one: the same host array
+        # passed twice would come back twice, so the rows move into new arrays there.
+        data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, idtype)
+        kernel("compact", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=data, c_indices=indices,
+            c_indptr=indptr, bounds=bounds, m=shape[0], parts=len(bounds) - 1, nnz_t=len(t_indices), nnz_c=nnz,
+            check_structure=False, **thread_args,
+        )  # fmt: skip
+        return _csr((data, indices, indptr), shape, cls)
+    if nnz != len(t_indices):
+        kernel("compact", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=t_data[:nnz],
+            c_indices=t_indices[:nnz], c_indptr=indptr, bounds=np.array([0, shape[0]], np.int32), m=shape[0], parts=1,
+            nnz_t=len(t_indices), nnz_c=nnz, check_structure=False, threads=1,
+        )  # fmt: skip
+        t_data.resize(nnz, refcheck=False)
+        t_indices.resize(nnz, refcheck=False)
+    return _csr((t_data, t_indices, indptr), shape, cls)
 
 
 # ------------------------------------------------------------------ element-wise
