@@ -502,7 +502,9 @@ def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_da
                             else:
                                 acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
                     count: T.float64 = T.float64(top[0] - start[0])
-                    if count * T.log2(count + T.float64(1)) * T.float64(SORT_COST) > T.float64(hi[0] - lo[0]):
+                    sort: T.float64 = count * T.log2(count + T.float64(1)) * T.float64(SORT_COST)
+                    scan: T.float64 = T.if_then_else(count > T.float64(RADIX_MIN), SCAN_PER_ENTRY * count, sort)
+                    if T.float64(hi[0] - lo[0]) < scan:
                         top[0] = start[0]
                         for j in T.serial(hi[0] - lo[0]):
                             if mark[lo[0] + j] == vi + 1:
@@ -546,6 +548,10 @@ def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_da
 #: of a counting sort (digits of ceil(sqrt(span)) values: O(count + sqrt(span)), no
 #: mispredicted comparisons) instead of comparisons.
 RADIX_MIN = 32
+#: Such a row is read off the workspace instead where its span is under this many columns per
+#: entry: a scan step costs a fraction of a counting-sort step (measured: scanning wins on
+#: polblogs' rows, 4-30 columns per entry, and loses on R-MAT's, 40 and more).
+SCAN_PER_ENTRY = 16
 
 
 def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
@@ -553,6 +559,7 @@ def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     other from `t_start[part]` (room for the chunk's bound on its entries), and each row's count
     into `c_count`; the operator then moves the chunks to their `indptr` positions."""
     source = _typed(SPGEMM_FUSED, idtype, dtype).replace("SORT_COST", str(SORT_COST))
+    source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
     return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
 
 
