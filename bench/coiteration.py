@@ -132,12 +132,12 @@ def traffic(op: str, A, B, C, idx: int = 4, val: int = 4) -> int:
     return read + structure(C)
 
 
-def run_case(op: str, graph: str, A, name: str, calls: dict, repeat: int, budget: float) -> dict:
+def run_case(op: str, graph: str, A, name: str, calls: dict, repeat: int, budget: float, min_rounds: int = 10) -> dict:
     from .measure import interleaved
 
     results = {k: fn() for k, fn in calls.items()}
     errors = {k: check(v, results["scipy"]) for k, v in results.items() if k != "scipy"}
-    medians, rounds = interleaved(calls, repeat, budget)
+    medians, rounds = interleaved(calls, repeat, budget, min_rounds=min_rounds)
     B = {"A @ A": A, "(A @ A) .* A": A, "A + R": _float32(A[::-1]), "A .* R": _float32(A[::-1])}.get(name)
     B = A.T.tocsr() if B is None else B
     moved = traffic(op, A, B, results["ours"])
@@ -193,6 +193,7 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="threads of ours (default 2, as the baselines' machine)")
     p.add_argument("--repeat", type=int, default=20, help="at most this many rounds per case (default 20)")
     p.add_argument("--budget", type=float, default=3.0, help="seconds of rounds per case (default 3)")
+    p.add_argument("--min-rounds", type=int, default=10, help="at least this many rounds per case (default 10)")
     p.add_argument("--smoke", action="store_true", help="small graphs, few rounds")
     p.add_argument("--out", type=Path, help="folder for coiteration.json and coiteration.md")
     return p
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """`python -m bench spgemm|masked|add|multiply|all ...` (or `python -m bench.coiteration`)."""
     args = parser(prog).parse_args(argv)
     if args.smoke:
-        args.rmat_scale, args.mesh, args.repeat, args.budget = 10, 60, 5, 0.5
+        args.rmat_scale, args.mesh, args.repeat, args.budget, args.min_rounds = 10, 60, 5, 0.5, 3
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(args.threads))
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for graph, A in graphs(args).items():
         for op in ops:
             for name, calls in cases(op, A, args.threads):
-                r = run_case(op, graph, A, name, calls, args.repeat, args.budget)
+                r = run_case(op, graph, A, name, calls, args.repeat, args.budget, args.min_rounds)
                 rows.append(r)
                 print(line(r), flush=True)
     for line_ in geomeans(rows):

@@ -46,9 +46,11 @@ from ..script import from_script
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
 
-#: Below this much work (multiply-adds or merged entries) a call runs on one thread: waking
-#: Numba's thread pool costs more than it saves.
+#: Below this much work (multiply-adds of SpGEMM, each a few ns with its share of the sort) a
+#: call runs on one thread: waking Numba's thread pool costs more than it saves.
 PARALLEL_GRAIN = 1 << 15
+#: The same for the element-wise merges, whose steps (an entry merged) cost about a nanosecond.
+EWISE_GRAIN = 1 << 17
 _INT32_MAX = int(np.iinfo(np.int32).max)
 #: The masked kernel marks columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
 _MASKED_ROWS = (_INT32_MAX - 3) // 2
@@ -154,13 +156,14 @@ def _result_class(A) -> type:
     return scipy.sparse.csr_array if isinstance(A, scipy.sparse.sparray) else scipy.sparse.csr_matrix
 
 
-def _threads(threads, target: str, work: int) -> dict:
-    """The kernels' `threads=`: one thread below `PARALLEL_GRAIN` of work on the CPU (the
-    caller's `threads=`, checked as `sp.ops` checks it, is a cap), else the caller's."""
+def _threads(threads, target: str, work: int, grain: int | None = None) -> dict:
+    """The kernels' `threads=`: one thread below `grain` (`PARALLEL_GRAIN`) of work on the CPU
+    (the caller's `threads=`, checked as `sp.ops` checks it, is a cap), else the caller's."""
     threads = check_threads(threads, target)
-    if target == "cpu" and work < PARALLEL_GRAIN:
+    grain = PARALLEL_GRAIN if grain is None else grain
+    if target == "cpu" and work < grain:
         return {"threads": 1}
-    return thread_args(target, work, threads, grain=PARALLEL_GRAIN)
+    return thread_args(target, work, threads, grain=grain)
 
 
 def _scalar(value, name: str) -> float:
@@ -318,7 +321,7 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     k = A.shape[1]
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
-    estimate = _threads(threads, "cpu", A.nnz)
+    estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
     work, room = np.empty(m, np.int64), np.empty(m, np.int64)
     kernel("work", **names)(
@@ -454,7 +457,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     if start[-1] > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
     start = start.astype(idtype)
-    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
@@ -479,7 +482,7 @@ def _same_level(A, B) -> bool:
 
 def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls):
     """`op` of two operands that share one level: the lattice's top point at every position."""
-    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     data = np.empty(A.nnz, dtype)
