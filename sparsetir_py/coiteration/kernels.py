@@ -810,8 +810,19 @@ def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32", workspa
     return _HEADER + _typed(source, idtype, dtype).replace("SORT_COST", str(SORT_COST))
 
 
-def spgemm_masked_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
+def spgemm_masked_script(
+    idtype: str = "int32", dtype: str = "float32", workspace: str = "local", mask_values: bool = False
+) -> str:
+    """Masked SpGEMM; with `mask_values` each entry is also multiplied by the mask's value there
+    (`m_data`): a script's `C[i, j] = C[i, j] + A[i, k] * B[k, j] * M[i, j]`, where `sp.ops.spgemm`
+    reads the mask's structure only."""
     # The mask bounds the row: a masked product keeps a dense workspace also where the schedule
     # asks for hashing (`hash` applies to the count and numeric passes).
     workspace = "local" if workspace == "hash" else workspace
-    return _HEADER + _typed(_with_workspace(SPGEMM_MASKED, workspace, True), idtype, dtype)
+    source = SPGEMM_MASKED
+    if mask_values:
+        source = source.replace("m_indptr: T.handle,", "m_data: T.handle, m_indptr: T.handle,", 1)
+        indptr = '    M_indptr = T.match_buffer(m_indptr, (m + 1,), "IDX")\n'
+        source = source.replace(indptr, '    M_data = T.match_buffer(m_data, (nnz_m,), "VAL")\n' + indptr)
+        source = source.replace("C_data[top[0]] = acc[jm]", "C_data[top[0]] = acc[jm] * M_data[M_indptr[vi] + t]")
+    return _HEADER + _typed(_with_workspace(source, workspace, True), idtype, dtype)

@@ -37,7 +37,16 @@ import scipy.sparse
 
 from ..arith.lattice import lattice
 from ..coiteration import kernels
-from ..coiteration.host import WORKSPACE_BYTES, chunk_bounds, prefix, table_size, work_prefix
+from ..coiteration.host import (
+    EWISE_GRAIN,
+    MASKED_ROWS,
+    PARALLEL_GRAIN,
+    WORKSPACE_BYTES,
+    chunk_bounds,
+    prefix,
+    table_size,
+    work_prefix,
+)
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
 from ..operands import remember_structure, structure_checked
@@ -46,14 +55,7 @@ from ..script import from_script
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
 
-#: Below this much work (multiply-adds of SpGEMM, each a few ns with its share of the sort) a
-#: call runs on one thread: waking Numba's thread pool costs more than it saves.
-PARALLEL_GRAIN = 1 << 15
-#: The same for the element-wise merges, whose steps (an entry merged) cost about a nanosecond.
-EWISE_GRAIN = 1 << 17
 _INT32_MAX = int(np.iinfo(np.int32).max)
-#: The masked kernel marks columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
-_MASKED_ROWS = (_INT32_MAX - 3) // 2
 
 
 def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str:
@@ -217,8 +219,8 @@ def spgemm(
         mask = operand(mask, "mask")
         if mask.shape != shape:
             raise InputError(f"`mask` must have the result's shape {shape}, got {mask.shape}")
-        if shape[0] > _MASKED_ROWS:
-            raise InputError(f"`mask`: a masked product takes at most {_MASKED_ROWS} rows, got {shape[0]}")
+        if shape[0] > MASKED_ROWS:
+            raise InputError(f"`mask`: a masked product takes at most {MASKED_ROWS} rows, got {shape[0]}")
         mats.append(mask)
     mats, idtype, dtype = _common(mats)
     A, B = mats[:2]
