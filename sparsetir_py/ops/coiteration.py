@@ -21,10 +21,19 @@ cancel, or an explicit zero of an operand), as TACO and MKL do. scipy drops entr
 to exactly 0 (`A @ B`, `A + B`, `A.multiply(B)`): `C.eliminate_zeros()` gives scipy's matrix.
 A mask's structure selects coordinates, its values are not read (a stored 0 still selects).
 
-`threads=` caps the Numba threads of a call (by default small calls run on one thread);
-`schedule=` names a schedule of `schedules/spgemm.py` or passes one: `cpu_chunks` (the default:
-dense workspaces), `cpu_hash` (hash workspaces, the default where dense ones would pass
-`WORKSPACE_BYTES`), `cpu_serial`, `cuda_chunks`.
+`threads=` caps the Numba threads of a call; a call with less work than a grain
+(`PARALLEL_GRAIN` multiply-adds, `EWISE_GRAIN` merged entries) runs on one thread whatever the
+cap, since waking the thread pool costs more than it saves. `schedule=` names a schedule of
+`schedules/spgemm.py` or passes one: `cpu_chunks` (the default: dense workspaces), `cpu_hash`
+(hash workspaces, the default where dense ones would pass `WORKSPACE_BYTES`), `cpu_serial`,
+`cuda_chunks`.
+
+On the CPU with dense workspaces `spgemm` runs in one pass (`kernels.spgemm_fused_script`: no
+symbolic pass; each row accumulated, ordered by a scan of the workspace, insertion sort or a
+counting sort, and written into room for its bound), where that room (`min(work, n)` entries
+per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric passes.
+Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`; `_SCRATCH`
+holds it), copied into the result: a fresh buffer would be faulted in page by page every call.
 """
 
 from __future__ import annotations
