@@ -65,7 +65,10 @@ def graphs(args) -> dict[str, scipy.sparse.csr_matrix]:
     if args.graphs:
         from .graphs import graph_file_stem, is_graph_file, load_graph
 
-        return {graph_file_stem(g) if is_graph_file(g) else g: load_graph(g) for g in args.graphs}
+        return {
+            graph_file_stem(g): load_graph(graph_file_stem(g), g) if is_graph_file(g) else load_graph(g)
+            for g in args.graphs
+        }
     return {f"rmat{args.rmat_scale}": power_law(args.rmat_scale, args.edge_factor), f"mesh{args.mesh}": mesh(args.mesh)}
 
 
@@ -129,12 +132,12 @@ def traffic(op: str, A, B, C, idx: int = 4, val: int = 4) -> int:
     return read + structure(C)
 
 
-def run_case(op: str, graph: str, A, name: str, calls: dict, repeat: int, budget: float) -> dict:
+def run_case(op: str, graph: str, A, name: str, calls: dict, repeat: int, budget: float, min_rounds: int = 10) -> dict:
     from .measure import interleaved
 
     results = {k: fn() for k, fn in calls.items()}
     errors = {k: check(v, results["scipy"]) for k, v in results.items() if k != "scipy"}
-    medians, rounds = interleaved(calls, repeat, budget)
+    medians, rounds = interleaved(calls, repeat, budget, min_rounds=min_rounds)
     B = {"A @ A": A, "(A @ A) .* A": A, "A + R": _float32(A[::-1]), "A .* R": _float32(A[::-1])}.get(name)
     B = A.T.tocsr() if B is None else B
     moved = traffic(op, A, B, results["ours"])
@@ -149,6 +152,20 @@ def line(r: dict) -> str:
     ratios = "  ".join(f"{k} {v:.2f}x" for k, v in r["ratio"].items())
     times = "  ".join(f"{k} {v:.2f} ms" for k, v in r["ms"].items())
     return f"{r['graph']:>12} {r['case']:<14} nnz {r['nnz']:>9}  {times}  | {ratios}  | ours {r['GB/s']:.1f} GB/s"
+
+
+def geomeans(rows: list[dict]) -> list[str]:
+    """One line per operator: the geometric mean over its cases of each baseline's ratio."""
+    out = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        ratios: dict[str, list[float]] = {}
+        for r in rows:
+            if r["op"] == op:
+                for k, v in r["ratio"].items():
+                    ratios.setdefault(k, []).append(v)
+        means = "  ".join(f"{k} {float(np.exp(np.mean(np.log(v)))):.2f}x" for k, v in ratios.items())
+        out.append(f"{'geomean':>12} {op:<14} {len(next(iter(ratios.values()), []))} cases  | {means}")
+    return out
 
 
 def markdown(rows: list[dict]) -> str:
@@ -176,6 +193,7 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="threads of ours (default 2, as the baselines' machine)")
     p.add_argument("--repeat", type=int, default=20, help="at most this many rounds per case (default 20)")
     p.add_argument("--budget", type=float, default=3.0, help="seconds of rounds per case (default 3)")
+    p.add_argument("--min-rounds", type=int, default=10, help="at least this many rounds per case (default 10)")
     p.add_argument("--smoke", action="store_true", help="small graphs, few rounds")
     p.add_argument("--out", type=Path, help="folder for coiteration.json and coiteration.md")
     return p
@@ -185,8 +203,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """`python -m bench spgemm|masked|add|multiply|all ...` (or `python -m bench.coiteration`)."""
     args = parser(prog).parse_args(argv)
     if args.smoke:
-        args.rmat_scale, args.mesh, args.repeat, args.budget = 10, 60, 5, 0.5
+        args.rmat_scale, args.mesh, args.repeat, args.budget, args.min_rounds = 10, 60, 5, 0.5, 3
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(args.threads))
+    if "MKL_RT" not in os.environ:
+        from .libraries import mkl_rt
+
+        if mkl_rt() is not None:  # sparse_dot_mkl finds the venv's MKL through it
+            os.environ["MKL_RT"] = str(mkl_rt())
     ops = OPS if args.op == "all" else (args.op,)
     mkl, why = mkl_product()
     if mkl is None and "spgemm" in ops:
@@ -195,9 +220,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for graph, A in graphs(args).items():
         for op in ops:
             for name, calls in cases(op, A, args.threads):
-                r = run_case(op, graph, A, name, calls, args.repeat, args.budget)
+                r = run_case(op, graph, A, name, calls, args.repeat, args.budget, args.min_rounds)
                 rows.append(r)
                 print(line(r), flush=True)
+    for line_ in geomeans(rows):
+        print(line_)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "coiteration.json").write_text(json.dumps(rows, indent=1))

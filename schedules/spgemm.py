@@ -22,12 +22,12 @@ def _chunk_loop(sch: Schedule):
 def cpu_chunks(sch: Schedule) -> None:
     """Chunks of rows in parallel over CPU threads (`prange`, static: each thread gets the same
     number of chunks, and chunks are of equal work). Each chunk's rows are written by the thread
-    that runs it: no atomics. Two chunks per thread balance what the work estimate misses
-    (cache misses on wide rows) without allocating many workspaces."""
+    that runs it: no atomics. One chunk per thread: Numba hands a `prange`'s iterations out in
+    equal static blocks, so more chunks would not rebalance, only allocate more workspaces."""
     sch.parallel(_chunk_loop(sch))
 
 
-cpu_chunks.parts_per_thread = 2
+cpu_chunks.parts_per_thread = 1
 
 
 def cpu_hash(sch: Schedule) -> None:

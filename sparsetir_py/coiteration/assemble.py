@@ -132,8 +132,9 @@ class Operand:
 
 @dataclass(frozen=True)
 class Assembly:
-    """How a script's assembled output is computed: `op` "spgemm" (`C = A @ B`) or "merge" (an
-    element-wise expression `tree` of the operands `X0`, `X1`, ... and scalar parameters)."""
+    """How a script's assembled output is computed: `op` "spgemm" (`C = A @ B`), "masked" (`C =
+    (A @ B) .* M` where M stores, the operands A, B, M) or "merge" (an element-wise expression
+    `tree` of the operands `X0`, `X1`, ... and scalar parameters)."""
 
     op: str
     operands: tuple[Operand, ...]
@@ -178,7 +179,12 @@ def lower(func: PrimFunc) -> dict[str, PrimFunc]:
     from . import kernels
 
     plan = match(func)
-    if plan.op == "spgemm":
+    if plan.op == "masked":
+        sources = {
+            "spgemm_masked": kernels.spgemm_masked_script(plan.idtype, plan.dtype, plan.workspace, mask_values=True),
+            "compact": kernels.compact_script(plan.idtype, plan.dtype),
+        }
+    elif plan.op == "spgemm":
         sources = {
             "spgemm_count": kernels.spgemm_count_script(plan.idtype, plan.dtype, plan.workspace),
             "spgemm_numeric": kernels.spgemm_numeric_script(plan.idtype, plan.dtype, plan.workspace),
@@ -209,7 +215,9 @@ def match(func: PrimFunc) -> Assembly:
 
     * SpGEMM: `[I, K, J]` "SRS" (or `[I, J, K]` "SSR"), `K` A's sorted compressed level under
       `I`, `J` dense; body `C[i, j] = C[i, j] + A[i, k] * B[k, j]` with B over `(KB, JB)`, `JB` a
-      sorted compressed level under the dense root `KB`; init, if any, `C[i, j] = 0`;
+      sorted compressed level under the dense root `KB`; init, if any, `C[i, j] = 0`; a third
+      factor `M[i, j]` of a CSR buffer over `(I, JM)` makes it a masked product (C stores only
+      coordinates M stores, each value times M's);
     * element-wise: `[I, J]` "SS", `J` dense; body `C[i, j] = E` where `E` is made of `+`, `-`,
       `*`, constants, scalar parameters and reads `X[i, j]` of sparse buffers over `(I, JX)`,
       `JX` sorted compressed levels, default value 0, and is 0 where no operand is stored (else
@@ -276,7 +284,12 @@ def _match_spgemm(func, it, C, output, params, workspace) -> Assembly:
     product = _increment(body, (i, j))
     if product is None or not isinstance(product, BinOp) or product.op != "*":
         _fail(func, f"expected the update `{C.name}[i, j] = {C.name}[i, j] + A[i, k] * B[k, j]`")
-    loads = [product.a, product.b]
+    factors = _factors(product)
+    masks = [f for f in factors if isinstance(f, BufferLoad) and f.indices == (i, j)]
+    loads = [f for f in factors if f not in masks]
+    if len(factors) != len(loads) + len(masks) or len(loads) != 2 or len(masks) > 1:
+        _fail(func, f"expected the update `{C.name}[i, j] = {C.name}[i, j] + A[i, k] * B[k, j]` (times, for a "
+                    f"masked product, one `M[i, j]`)")  # fmt: skip
     if isinstance(loads[0], BufferLoad) and loads[0].indices == (k, j):
         loads.reverse()
     A, B = loads
@@ -292,8 +305,23 @@ def _match_spgemm(func, it, C, output, params, workspace) -> Assembly:
         _fail(func, f"the init must be `{C.name}[i, j] = 0`")
     a = _operand(func, A.buffer, I.length)
     b = _operand(func, B.buffer, B.buffer.axes[0].length)
+    if masks:
+        # Masked SpGEMM: only where M stores (i, j), each entry times M's value there.
+        M = masks[0].buffer
+        if not isinstance(M, SparseBuffer) or M.axes[0] is not I:
+            _fail(func, f"the mask `{M.name}` must be a sparse buffer over (I, JM), I the output's rows")
+        mask = _operand(func, M, I.length)
+        idtype, dtype = _dtypes(func, (A.buffer, B.buffer, M, C))
+        return Assembly("masked", (a, b, mask), output, params, idtype, dtype, workspace=workspace)
     idtype, dtype = _dtypes(func, (A.buffer, B.buffer, C))
     return Assembly("spgemm", (a, b), output, params, idtype, dtype, workspace=workspace)
+
+
+def _factors(e) -> list:
+    """The factors of a product `x * y * ...` (any nesting)."""
+    if isinstance(e, BinOp) and e.op == "*":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
 
 
 def _match_merge(func, it, C, output, params) -> Assembly:

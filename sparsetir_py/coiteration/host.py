@@ -19,6 +19,13 @@ from ..inputs import check_compressed
 #: Dense SpGEMM workspaces take 12 bytes per column and chunk; an assembled kernel makes fewer
 #: chunks rather than pass this many bytes of them.
 WORKSPACE_BYTES = 1 << 28
+#: Below this much work (multiply-adds of SpGEMM, each a few ns with its share of the sort) a
+#: CPU call runs on one thread: waking Numba's thread pool costs more than it saves.
+PARALLEL_GRAIN = 1 << 15
+#: The same for the element-wise merges, whose steps (an entry merged) cost about a nanosecond.
+EWISE_GRAIN = 1 << 17
+#: The masked kernel marks the mask's columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
+MASKED_ROWS = (int(np.iinfo(np.int32).max) - 3) // 2
 
 
 def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
@@ -98,8 +105,12 @@ class AssembledKernel:
         values = {**self.specialized, **values}
         ops = [self._operand(o, values, check_structure) for o in plan.operands]
         extra = {} if threads is None else {"threads": threads}
+        if self.target == "cpu" and sum(len(o[2]) for o in ops) < EWISE_GRAIN:
+            extra = {"threads": 1}  # a small call: one thread, no wake-up of the pool
         if plan.op == "spgemm":
             arrays = self._spgemm(*ops, extra)
+        elif plan.op == "masked":
+            arrays = self._masked(*ops, extra)
         else:
             arrays = self._merge(ops, {s: values[s] for s in plan.scalars}, extra)
         result = {out["indptr"]: arrays[0], out["indices"]: arrays[1], out["values"]: arrays[2]}
@@ -174,7 +185,10 @@ class AssembledKernel:
             **structure, **sizes, c_count=counts, c_work=rows_work, bounds=bounds, check_structure=False, **extra,
             **self._workspaces(sizes["parts"], n, False), **hsize,
         )  # fmt: skip
-        bounds = chunk_bounds(prefix(rows_work), parts)
+        work = prefix(rows_work)
+        if self.target == "cpu" and int(work[-1]) < PARALLEL_GRAIN:
+            extra = {"threads": 1}
+        bounds = chunk_bounds(work, parts)
         sizes["parts"] = len(bounds) - 1
         indptr = prefix(counts)
         if indptr[-1] > np.iinfo(idtype).max:
@@ -187,6 +201,39 @@ class AssembledKernel:
             **structure, a_data=a_data, b_data=b_data, **sizes, c_data=data, c_indptr=indptr, c_indices=indices,
             nnz_c=nnz, bounds=bounds, check_structure=False, **extra, **self._workspaces(sizes["parts"], n, True),
             **hsize,
+        )  # fmt: skip
+        return indptr, indices, data
+
+    def _masked(self, a, b, mask, extra: dict) -> tuple:
+        a_data, a_indptr, a_indices, m, k = a
+        b_data, b_indptr, b_indices, k_b, n = b
+        m_data, m_indptr, m_indices, m_rows, m_cols = mask
+        names = [o.name for o in self.plan.operands]
+        if k != k_b:
+            raise InputError(f"`{names[0]}` has {k} columns but `{names[1]}` {k_b} rows")
+        if (m_rows, m_cols) != (m, n):
+            raise InputError(f"the mask `{names[2]}` must have the product's shape {(m, n)}, got {(m_rows, m_cols)}")
+        if m > MASKED_ROWS:
+            raise InputError(f"a masked product takes at most {MASKED_ROWS} rows, got {m}")
+        idtype, dtype = np.dtype(self.plan.idtype), np.dtype(self.plan.dtype)
+        bounds = chunk_bounds(a_indptr, self._parts(m, n, extra.get("threads")))
+        parts = len(bounds) - 1
+        nnz_m = len(m_indices)
+        t_data, t_indices, counts = np.empty(nnz_m, dtype), np.empty(nnz_m, idtype), np.empty(m, idtype)
+        self.kernels["spgemm_masked"](
+            a_data=a_data, a_indptr=a_indptr, a_indices=a_indices, b_data=b_data, b_indptr=b_indptr,
+            b_indices=b_indices, m_data=m_data, m_indptr=m_indptr, m_indices=m_indices, c_data=t_data,
+            c_indices=t_indices, c_count=counts, bounds=bounds, m=m, k=k, n=n, parts=parts, nnz_a=len(a_indices),
+            nnz_b=len(b_indices), nnz_m=nnz_m, check_structure=False, **extra, **self._workspaces(parts, n, True),
+        )  # fmt: skip
+        indptr = prefix(counts).astype(idtype)
+        nnz = int(indptr[-1])
+        if nnz == nnz_m:
+            return indptr, t_indices, t_data
+        data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
+        self.kernels["compact"](
+            t_data=t_data, t_indices=t_indices, t_start=m_indptr, c_data=data, c_indices=indices, c_indptr=indptr,
+            bounds=bounds, m=m, parts=parts, nnz_t=nnz_m, nnz_c=nnz, check_structure=False, **extra,
         )  # fmt: skip
         return indptr, indices, data
 

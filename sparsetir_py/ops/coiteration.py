@@ -21,10 +21,20 @@ cancel, or an explicit zero of an operand), as TACO and MKL do. scipy drops entr
 to exactly 0 (`A @ B`, `A + B`, `A.multiply(B)`): `C.eliminate_zeros()` gives scipy's matrix.
 A mask's structure selects coordinates, its values are not read (a stored 0 still selects).
 
-`threads=` caps the Numba threads of a call (by default small calls run on one thread);
-`schedule=` names a schedule of `schedules/spgemm.py` or passes one: `cpu_chunks` (the default:
-dense workspaces), `cpu_hash` (hash workspaces, the default where dense ones would pass
-`WORKSPACE_BYTES`), `cpu_serial`, `cuda_chunks`.
+`threads=` caps the Numba threads of a call; a call with less work than a grain
+(`PARALLEL_GRAIN` multiply-adds, `EWISE_GRAIN` merged entries) runs on one thread whatever the
+cap, since waking the thread pool costs more than it saves. `schedule=` names a schedule of
+`schedules/spgemm.py` or passes one: `cpu_chunks` (the default: dense workspaces), `cpu_hash`
+(hash workspaces, the default where dense ones would pass `WORKSPACE_BYTES`), `cpu_serial`,
+`cuda_chunks`.
+
+On the CPU with dense workspaces `spgemm` runs in one pass (`kernels.spgemm_fused_script`: no
+symbolic pass; each row accumulated, ordered by a scan of the workspace, insertion sort or a
+counting sort, and written into room for its bound), where that room (`min(work, n)` entries
+per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric passes.
+Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`; `_SCRATCH`
+holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would be faulted
+in page by page every call.
 """
 
 from __future__ import annotations
@@ -37,7 +47,16 @@ import scipy.sparse
 
 from ..arith.lattice import lattice
 from ..coiteration import kernels
-from ..coiteration.host import WORKSPACE_BYTES, chunk_bounds, prefix, table_size, work_prefix
+from ..coiteration.host import (
+    EWISE_GRAIN,
+    MASKED_ROWS,
+    PARALLEL_GRAIN,
+    WORKSPACE_BYTES,
+    chunk_bounds,
+    prefix,
+    table_size,
+    work_prefix,
+)
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
 from ..operands import remember_structure, structure_checked
@@ -46,12 +65,7 @@ from ..script import from_script
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
 
-#: Below this much work (multiply-adds or merged entries) a call runs on one thread: waking
-#: Numba's thread pool costs more than it saves.
-PARALLEL_GRAIN = 1 << 15
 _INT32_MAX = int(np.iinfo(np.int32).max)
-#: The masked kernel marks columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
-_MASKED_ROWS = (_INT32_MAX - 3) // 2
 
 
 def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str:
@@ -63,6 +77,12 @@ def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str
         return kernels.spgemm_masked_script(idtype, dtype, workspace)
     if name == "compact":
         return kernels.compact_script(idtype, dtype)
+    if name == "fused":
+        return kernels.spgemm_fused_script(idtype, dtype)
+    if name == "work":
+        return kernels.spgemm_work_script(idtype, dtype)
+    if name == "compact_chunks":
+        return kernels.compact_chunks_script(idtype, dtype)
     if name.startswith("same_"):
         expression, scalars = EWISE[name[len("same_") :]]
         return kernels.same_level_script(lattice(expression), scalars, idtype, dtype)
@@ -75,7 +95,8 @@ EWISE = {"add": ("alpha * A + beta * B", ("alpha", "beta")), "multiply": ("A * B
 
 
 def kernel(name: str, idtype: str, dtype: str, target: str = "cpu", schedule=None) -> Kernel:
-    """The compiled kernel `name` ("count", "numeric", "masked", "compact", "add", "multiply"),
+    """The compiled kernel `name` ("count", "numeric", "work", "fused", "masked", "compact",
+    "compact_chunks", "add", "multiply"),
     built once per dtypes, target and schedule."""
     schedule = resolve_schedule("spgemm", target, schedule)
     key = KernelKey(name, "csr", dtype, idtype, target, None, schedule)
@@ -147,10 +168,14 @@ def _result_class(A) -> type:
     return scipy.sparse.csr_array if isinstance(A, scipy.sparse.sparray) else scipy.sparse.csr_matrix
 
 
-def _threads(threads, target: str, work: int) -> dict:
-    """The kernels' `threads=`: the caller's (checked as `sp.ops` checks it), else one thread
-    below `PARALLEL_GRAIN` of work on the CPU."""
-    return thread_args(target, work, check_threads(threads, target), grain=PARALLEL_GRAIN)
+def _threads(threads, target: str, work: int, grain: int | None = None) -> dict:
+    """The kernels' `threads=`: one thread below `grain` (`PARALLEL_GRAIN`) of work on the CPU
+    (the caller's `threads=`, checked as `sp.ops` checks it, is a cap), else the caller's."""
+    threads = check_threads(threads, target)
+    grain = PARALLEL_GRAIN if grain is None else grain
+    if target == "cpu" and work < grain:
+        return {"threads": 1}
+    return thread_args(target, work, threads, grain=grain)
 
 
 def _scalar(value, name: str) -> float:
@@ -204,8 +229,8 @@ def spgemm(
         mask = operand(mask, "mask")
         if mask.shape != shape:
             raise InputError(f"`mask` must have the result's shape {shape}, got {mask.shape}")
-        if shape[0] > _MASKED_ROWS:
-            raise InputError(f"`mask`: a masked product takes at most {_MASKED_ROWS} rows, got {shape[0]}")
+        if shape[0] > MASKED_ROWS:
+            raise InputError(f"`mask`: a masked product takes at most {MASKED_ROWS} rows, got {shape[0]}")
         mats.append(mask)
     mats, idtype, dtype = _common(mats)
     A, B = mats[:2]
@@ -221,6 +246,10 @@ def spgemm(
         from schedules import spgemm as shipped
 
         schedule = names["schedule"] = shipped.cpu_hash
+    if mask is None and target == "cpu" and workspace_of(schedule) == "local":
+        fused = _spgemm_fused(A, B, shape, cls, names, schedule, threads)
+        if fused is not None:
+            return fused
     parts = _parts(schedule, thread_args, m, n)
     hashed = mask is None and workspace_of(schedule) == "hash"
     work = work_prefix(A.indptr, A.indices, B.indptr) if hashed or (mask is not None and _irregular(A)) else None
@@ -267,6 +296,89 @@ def spgemm(
     return _csr((data, indices, indptr), shape, cls)
 
 
+#: The one-pass SpGEMM writes rows into room for their bound (min(work, n) entries each), of which
+#: only the pages written are ever backed by memory; past this many bytes of room (virtual), the
+#: product runs the symbolic pass first instead and allocates its exact size.
+FUSED_ROOM_BYTES = 1 << 34
+#: Chunks written by several threads land in a scratch buffer kept between calls (up to this
+#: many bytes): a fresh one would be faulted in page by page on every call, which costs here
+#: about as much as writing it (the result's own pages are faulted in once, as scipy's are).
+#: One buffer per pair of dtypes; `release_scratch()` frees them.
+SCRATCH_BYTES = 1 << 28
+_SCRATCH: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def release_scratch() -> None:
+    """Free the scratch buffers that the one-pass SpGEMM keeps between calls."""
+    _SCRATCH.clear()
+
+
+def _scratch(size: int, idtype: np.dtype, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays of at least `size` values and indices: the kept ones where they are large enough
+    (taken out while in use, so that concurrent calls never share them), else new ones."""
+    key = (idtype.name, dtype.name)
+    kept = _SCRATCH.pop(key, None)
+    if kept is not None and len(kept[0]) >= size:
+        return kept
+    return np.empty(size, dtype), np.empty(size, idtype)
+
+
+def _keep_scratch(arrays: tuple[np.ndarray, np.ndarray]) -> None:
+    if len(arrays[0]) * (arrays[0].itemsize + arrays[1].itemsize) <= SCRATCH_BYTES:
+        _SCRATCH[(arrays[1].dtype.name, arrays[0].dtype.name)] = arrays
+
+
+def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
+    """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
+    writes its rows one after the other from `t_start[p]`, room for its rows' bounds. One
+    chunk writes the result's own arrays, shrunk afterwards to its size (`ndarray.resize`: a
+    reallocation in place, nothing copied); several write a scratch buffer, copied into the
+    result by `compact_chunks`. None where the room would pass `FUSED_ROOM_BYTES` or the index
+    dtype."""
+    m, n = shape
+    k = A.shape[1]
+    idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
+    structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
+    estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
+    bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
+    work, room = np.empty(m, np.int64), np.empty(m, np.int64)
+    kernel("work", **names)(
+        **structure, c_work=work, c_room=room, bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1, nnz_a=A.nnz,
+        check_structure=False, **estimate,
+    )  # fmt: skip
+    work, room = prefix(work), prefix(room)
+    nnz_t = int(room[-1])
+    if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
+        return None
+    thread_args = _threads(threads, "cpu", int(work[-1]))
+    bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
+    parts = len(bounds) - 1
+    t_start = room[bounds]
+    if parts == 1:
+        t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
+    else:
+        t_data, t_indices = _scratch(nnz_t, idtype, dtype)
+    counts = np.empty(m, idtype)
+    kernel("fused", **names)(
+        **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
+        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=counts, bounds=bounds, m=m,
+        k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data), check_structure=False, **thread_args,
+    )  # fmt: skip
+    indptr = prefix(counts).astype(idtype, copy=False)
+    nnz = int(indptr[-1])
+    if parts == 1:
+        t_data.resize(nnz, refcheck=False)
+        t_indices.resize(nnz, refcheck=False)
+        return _csr((t_data, t_indices, indptr), shape, cls)
+    data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
+    kernel("compact_chunks", **names)(
+        t_data=t_data, t_indices=t_indices, t_start=t_start, c_data=data, c_indices=indices, c_indptr=indptr,
+        bounds=bounds, m=m, parts=parts, nnz_t=len(t_data), nnz_c=nnz, check_structure=False, **thread_args,
+    )  # fmt: skip
+    _keep_scratch((t_data, t_indices))
+    return _csr((data, indices, indptr), shape, cls)
+
+
 def _irregular(A) -> bool:
     """Whether A's rows differ so much in length (a power-law graph's hubs) that balancing a
     masked product by A's nonzeros would leave threads idle, and its work is worth measuring (a
@@ -277,19 +389,33 @@ def _irregular(A) -> bool:
 
 def _compacted(t_data, t_indices, t_start, counts, shape, cls, names: dict, bounds, thread_args: dict):
     """The result from rows written at `t_start[i]` (`counts[i]` entries each): the same arrays
-    when every row filled its room, else copied to their canonical positions by `compact`."""
+    when every row filled its room, else the rows moved down to their canonical positions in
+    the same arrays by `compact` (one chunk, rows in order: a row's target never reaches past
+    its own room, so no row is overwritten before it moves) and the arrays shrunk to the
+    result's size (`ndarray.resize`, in place). Moving in place touches no new memory: here a
+    fresh array costs more to fault in, page by page, than the copy itself."""
     idtype = t_indices.dtype
     indptr = prefix(counts).astype(idtype, copy=False)
     nnz = int(indptr[-1])
-    if nnz == len(t_indices):
-        return _csr((t_data, t_indices, indptr), shape, cls)
-    data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, idtype)
-    kernel("compact", **names)(
-        t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=data, c_indices=indices,
-        c_indptr=indptr, bounds=bounds, m=shape[0], parts=len(bounds) - 1, nnz_t=len(t_indices), nnz_c=nnz,
-        check_structure=False, **thread_args,
-    )  # fmt: skip
-    return _csr((data, indices, indptr), shape, cls)
+    if nnz != len(t_indices) and names["target"] != "cpu":
+        # A CUDA kernel's arguments are copied to the device one by one: the same host array
+        # passed twice would come back twice, so the rows move into new arrays there.
+        data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, idtype)
+        kernel("compact", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=data, c_indices=indices,
+            c_indptr=indptr, bounds=bounds, m=shape[0], parts=len(bounds) - 1, nnz_t=len(t_indices), nnz_c=nnz,
+            check_structure=False, **thread_args,
+        )  # fmt: skip
+        return _csr((data, indices, indptr), shape, cls)
+    if nnz != len(t_indices):
+        kernel("compact", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=t_data[:nnz],
+            c_indices=t_indices[:nnz], c_indptr=indptr, bounds=np.array([0, shape[0]], np.int32), m=shape[0], parts=1,
+            nnz_t=len(t_indices), nnz_c=nnz, check_structure=False, threads=1,
+        )  # fmt: skip
+        t_data.resize(nnz, refcheck=False)
+        t_indices.resize(nnz, refcheck=False)
+    return _csr((t_data, t_indices, indptr), shape, cls)
 
 
 # ------------------------------------------------------------------ element-wise
@@ -349,7 +475,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     if start[-1] > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
     start = start.astype(idtype)
-    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
@@ -374,7 +500,7 @@ def _same_level(A, B) -> bool:
 
 def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls):
     """`op` of two operands that share one level: the lattice's top point at every position."""
-    thread_args = _threads(threads, target, A.nnz + B.nnz)
+    thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     data = np.empty(A.nnz, dtype)

@@ -122,7 +122,7 @@ def build_assembled(mod: IRModule, target: str, **options: Any) -> AssembledKern
     if len(plans) != 1 or any("assemble" not in f.attrs for f in funcs.values()):
         raise CodegenError(f"in `build`: the module mixes kernels of several assembled outputs ({', '.join(funcs)})")
     plan = Assembly.from_json(plans.pop())
-    if target == "cuda" and plan.op == "spgemm" and plan.workspace != "global":
+    if target == "cuda" and plan.op in ("spgemm", "masked") and plan.workspace != "global":
         raise CodegenError(
             f"in `build`: an assembled SpGEMM for CUDA needs its workspace in global memory (a block cannot "
             f'allocate the {plan.workspace!r} one at run time): `sch.workspace(it, "global")` on the Stage I iteration'

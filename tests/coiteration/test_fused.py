@@ -1,0 +1,141 @@
+"""The one-pass SpGEMM (`kernels.spgemm_work_script`, `spgemm_fused_script`,
+`compact_chunks_script`) and the host steps around it (`ops.coiteration._spgemm_fused`): the
+kernels against the loop interpreter, each row-ordering path (a scan of the workspace, insertion
+sort, the counting sort) against scipy, several chunks through the kept scratch buffer, and the
+fallback to the two-pass product. Small matrices, one compile per kernel and dtype pair.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse
+from strategies import make_csr
+from test_operators import check_add, check_spgemm
+
+import sparsetir_py as sp
+from sparsetir_py.coiteration.host import prefix
+from sparsetir_py.data import load_matrix
+from sparsetir_py.ops import coiteration as operators
+from sparsetir_py.ops.coiteration import spgemm
+
+
+def three_orders(idtype: str = "int32", dtype: str = "float32"):
+    """A (6 x 4) and B (4 x 2000) whose product's rows take every ordering path: row 0 has 40
+    entries over 1600 columns (counting sort), row 1 has 10 over 900 (insertion sort), row 2 has
+    40 over 40 (a scan of the workspace), row 3 is empty, row 4 is one row of B, row 5 sums two
+    rows of B that overlap."""
+    rng = np.random.default_rng(26)
+    rows = [
+        np.sort(rng.choice(np.arange(0, 2000, 40), 40, replace=False)),  # B row 0: 40 entries, wide
+        np.sort(rng.choice(np.arange(100, 1000), 10, replace=False))[::-1].copy(),  # B row 1: 10, wide
+        np.arange(500, 540),  # B row 2: 40 consecutive columns
+        np.array([7, 1999]),
+    ]
+    dense_b = np.zeros((4, 2000), bool)
+    for i, cols in enumerate(rows):
+        dense_b[i, cols] = True
+    pattern_a = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 1, 1]], bool)
+    A = make_csr(pattern_a, rng.uniform(-1, 1, int(pattern_a.sum())), idtype, dtype)
+    B = make_csr(dense_b, rng.uniform(-1, 1, int(dense_b.sum())), idtype, dtype)
+    return A, B
+
+
+def test_fused_kernels_match_the_interpreter():
+    """`work`, `fused` (two chunks) and `compact_chunks` give the interpreter's arrays, and
+    together scipy's sorted product."""
+    A, B = three_orders("int64", "float32")
+    m, k = A.shape
+    n = B.shape[1]
+    names = {"idtype": "int64", "dtype": "float32"}
+    bounds = np.array([0, 3, 6], np.int32)
+    structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "m": m, "k": k, "n": n}
+    work_args = {**structure, "bounds": bounds, "parts": 2, "nnz_a": A.nnz}
+    outputs = {"c_work": np.zeros(m, np.int64), "c_room": np.zeros(m, np.int64)}
+    got = run_both("work", names, work_args, outputs)
+    assert list(got["c_work"]) == [40, 10, 40, 0, 2, 52]
+    assert list(got["c_room"]) == [40, 10, 40, 0, 2, 52]
+    room = prefix(got["c_room"])
+    t_start = room[bounds]
+    nnz_t = int(t_start[-1])
+    fused_args = {**structure, "a_data": A.data, "b_data": B.data, "b_indices": B.indices, "t_start": t_start,
+                  "bounds": bounds, "parts": 2, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_t": nnz_t}  # fmt: skip
+    outputs = {"t_data": np.zeros(nnz_t, np.float32), "t_indices": np.zeros(nnz_t, np.int64),
+               "c_count": np.zeros(m, np.int64)}  # fmt: skip
+    got = run_both("fused", names, fused_args, outputs)
+    want = (A.astype(np.float64) @ B.astype(np.float64)).tocsr()
+    want.sort_indices()
+    np.testing.assert_array_equal(got["c_count"], np.diff(want.indptr))
+    indptr = prefix(got["c_count"])
+    compact_args = {"t_data": got["t_data"], "t_indices": got["t_indices"], "t_start": t_start, "c_indptr": indptr,
+                    "bounds": bounds, "m": m, "parts": 2, "nnz_t": nnz_t, "nnz_c": want.nnz}  # fmt: skip
+    outputs = {"c_data": np.zeros(want.nnz, np.float32), "c_indices": np.zeros(want.nnz, np.int64)}
+    got = run_both("compact_chunks", names, compact_args, outputs)
+    np.testing.assert_array_equal(got["c_indices"], want.indices)
+    np.testing.assert_allclose(got["c_data"], want.data, rtol=1e-5, atol=1e-6)
+
+
+def run_both(name: str, names: dict, inputs: dict, outputs: dict) -> dict:
+    """Runs kernel `name` compiled and under the interpreter on copies of `outputs`; asserts they
+    agree and returns the interpreter's outputs."""
+    func = sp.from_script(operators._script(name, names["idtype"], names["dtype"]))
+    interpreted = {key: value.copy() for key, value in outputs.items()}
+    sp.interpret(func, **inputs, **interpreted)
+    compiled = {key: value.copy() for key, value in outputs.items()}
+    operators.kernel(name, **names)(**inputs, **compiled)
+    for key in outputs:
+        np.testing.assert_allclose(compiled[key], interpreted[key], rtol=1e-6, err_msg=f"{name}: {key}")
+    return interpreted
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_row_order_against_scipy(threads, monkeypatch):
+    """The operator on the three-orders product, in one chunk (the result's own arrays, shrunk)
+    and in two (the scratch buffer, compacted), int32/float32 and int64/float64."""
+    monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
+    for idtype, dtype in (("int32", "float32"), ("int64", "float64")):
+        A, B = three_orders(idtype, dtype)
+        check_spgemm(A, B, threads=threads)
+
+
+def test_chunks_through_the_kept_scratch(monkeypatch):
+    """Several chunks write the scratch buffer kept between calls: a larger product after a
+    smaller one, then a smaller one again (the kept buffer reused); results never share memory
+    with it, and a rectangular product with empty rows and columns comes out right."""
+    monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(operators, "_SCRATCH", {})
+    A = load_matrix("cora")
+    small = A[:300, :300].tocsr()
+    rng = np.random.default_rng(5)
+    mask = rng.random((A.shape[1], 50)) < 0.05
+    mask[:, 7] = False  # an empty column
+    R = make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), "int32", "float32")
+    results = []
+    for left, right in ((small, small), (A, A), (A, R), (small, small)):
+        C = spgemm(left, right, threads=2)
+        check_spgemm(left, right, threads=2)
+        results.append(C)
+    kept = [arr for pair in operators._SCRATCH.values() for arr in pair]
+    assert kept, "the scratch buffer is kept between calls"
+    for C in results:
+        assert not any(np.shares_memory(C.data, k) or np.shares_memory(C.indices, k) for k in kept)
+
+
+def test_two_pass_fallback(monkeypatch):
+    """Where the room of the one-pass product would pass its budget, the symbolic pass runs
+    first (the same result)."""
+    monkeypatch.setattr(operators, "FUSED_ROOM_BYTES", 0)
+    A = load_matrix("karate")
+    check_spgemm(A, A)
+    check_spgemm(A, A.T.tocsr(), threads=1)
+
+
+def test_add_compacts_in_place():
+    """A union whose operands share some coordinates writes fewer entries than its room: rows
+    move down in place and the arrays shrink; the result owns them."""
+    A = load_matrix("cora")
+    B = scipy.sparse.csr_matrix(A[::-1])
+    B = (B + A[:, ::-1]).tocsr()
+    check_add(A, B, 1.5, -0.5)
+    C = operators.add(A, B)
+    assert C.data.base is None and C.indices.base is None
