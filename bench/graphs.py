@@ -259,3 +259,19 @@ def known_graphs() -> list[str]:
 def expand_sets(names: list[str]) -> list[str]:
     """`--graphs` with each set name (`blocks`) replaced by its graphs."""
     return [g for name in names for g in GRAPH_SETS.get(name, (name,))]
+
+
+def graph_spec(name: str, cache_dir: Path, rmat: RmatParams | None = None) -> dict:
+    """What a worker is told of `--graphs` entry `name`: the name it is reported under, and the
+    path of its file where it has one: a generated graph (R-MAT, written once under
+    `cache_dir`, with `rmat` for plain `rmat`; the block matrices) or a file of the user's.
+    A shipped matrix is loaded by name."""
+    if name == RMAT and rmat is not None:
+        return {"name": name, "path": str(rmat_cached(cache_dir, rmat))}
+    if name in SYNTHETIC:
+        return {"name": name, "path": str(rmat_cached(cache_dir, SYNTHETIC[name]))}
+    if name in BLOCK_GRAPHS:
+        return {"name": name, "path": str(block_graph_cached(cache_dir, name))}
+    if is_graph_file(name):
+        return {"name": graph_file_stem(name), "path": str(Path(name).resolve())}
+    return {"name": name}

@@ -24,7 +24,7 @@ import json
 import math
 from pathlib import Path
 
-from .graphs import DEFAULT_GRAPHS, is_graph_file, known_graphs
+from .graphs import DEFAULT_GRAPHS, expand_sets, graph_spec, is_graph_file, known_graphs
 from .libraries import BASELINES, LIBRARIES, OURS
 from .measure import MIN_ROUNDS, RTOL, geomean
 from .report import FLOOR, TARGETS, machine
@@ -39,7 +39,7 @@ TIMEOUT = 1800.0
 def run(args, command: str) -> int:
     """Run the paired benchmark for the parsed CLI arguments; returns the exit status."""
     smoke = SMOKE if args.smoke else {}
-    graphs = args.graphs or smoke.get("graphs") or list(DEFAULT_GRAPHS)
+    graphs = expand_sets(args.graphs or smoke.get("graphs") or list(DEFAULT_GRAPHS))
     unknown = sorted(g for g in graphs if g not in known_graphs() and not is_graph_file(g))
     if unknown:
         raise SystemExit(f"unknown graph(s) {', '.join(unknown)}; known: {', '.join(known_graphs())}, or a file")
@@ -59,9 +59,7 @@ def run(args, command: str) -> int:
         env = worker_env(args.threads, extra, args.keep_openblas_env, args.omp_wait_policy)
         results, failures = [], []
         for graph in graphs:
-            spec = {"name": Path(graph).stem if is_graph_file(graph) else graph}
-            if is_graph_file(graph):
-                spec["path"] = str(Path(graph).resolve())
+            spec = graph_spec(graph, Path(args.out) / "cache")  # generated graphs: written once, by path
             job = {
                 "kind": "paired", "op": op, "graph": spec, "widths": list(widths), "baselines": baselines,
                 "threads": args.threads, "seed": args.seed, "repeat": repeat, "budget": budget, "rtol": RTOL,

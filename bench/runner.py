@@ -19,16 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .graphs import (
-    BLOCK_GRAPHS,
-    RMAT,
-    SYNTHETIC,
-    RmatParams,
-    block_graph_cached,
-    graph_file_stem,
-    is_graph_file,
-    rmat_cached,
-)
+from .graphs import RmatParams, graph_spec
 from .libraries import BASELINES, LIBRARIES, OURS, cuda_missing
 from .measure import RTOL
 from .protocol import decode, write_job
@@ -172,16 +163,7 @@ def run(config: Config, stream: dict | None = None) -> dict:
     p = plan(config)
     graph_specs = []
     for name in config.graphs:
-        spec = {"name": name}
-        if name == RMAT:
-            spec["path"] = str(rmat_cached(Path(config.out) / "cache", config.rmat))
-        elif name in SYNTHETIC:
-            spec["path"] = str(rmat_cached(Path(config.out) / "cache", SYNTHETIC[name]))
-        elif name in BLOCK_GRAPHS:
-            spec["path"] = str(block_graph_cached(Path(config.out) / "cache", name))
-        elif is_graph_file(name):  # a matrix of the user's: named by its file name
-            spec = {"name": graph_file_stem(name), "path": str(Path(name).resolve())}
-        graph_specs.append(spec)
+        graph_specs.append(graph_spec(name, Path(config.out) / "cache", config.rmat))
     total = int(stream is None) + config.rounds * len(graph_specs) * len(config.widths) * len(p.libraries)
     record: dict = {"stream": None, "libraries": {}, "results": [], "notes": dict(p.notes), "load": []}
     for name in p.libraries:

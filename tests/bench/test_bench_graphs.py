@@ -137,3 +137,22 @@ def test_baseline_workers_do_not_import_sparsetir_py():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_graph_spec_gives_generated_graphs_by_path(tmp_path, monkeypatch):
+    """Both runners (`bench.runner`, `bench.paired`) describe a graph by `graph_spec`: generated
+    graphs (R-MAT, the block matrices) by the path of their file, written once under the cache
+    folder; a user's file by its path and stem; a shipped matrix by name. (The paired runner
+    named generated graphs only, and its worker could not load them.)"""
+    small = RmatParams(scale=9, n=500, nnz=3000, seed=7)
+    monkeypatch.setitem(graphs.SYNTHETIC, graphs.RMAT_LARGE, small)
+    monkeypatch.setitem(graphs.BLOCK_GRAPHS, "mesh-b3", {**graphs.BLOCK_GRAPHS["mesh-b3"], "block_rows": 40})
+    for name in (graphs.RMAT_LARGE, "mesh-b3"):
+        spec = graphs.graph_spec(name, tmp_path)
+        assert spec["name"] == name and Path(spec["path"]).parent == tmp_path
+        assert load_graph(name, spec["path"]).nnz > 0
+    assert graphs.graph_spec("rmat", tmp_path, small)["path"] == graphs.graph_spec(graphs.RMAT_LARGE, tmp_path)["path"]
+    user = tmp_path / "mine.npz"
+    scipy.sparse.save_npz(user, scipy.sparse.eye(3, format="csr"))
+    assert graphs.graph_spec(str(user), tmp_path) == {"name": "mine", "path": str(user.resolve())}
+    assert graphs.graph_spec("cora", tmp_path) == {"name": "cora"}
