@@ -368,6 +368,39 @@ MARK_ALLOC
                     C_work[vi] = work[0]
 """
 
+#: Row `vi` of `A @ B` scattered into the dense workspace (`mark`, `acc`): each new column's
+#: index appended to `OUT` at `top[0]`, the columns' range in `lo[0]`, `hi[0]`. The numeric pass
+#: and the one-pass product both run it (`_accumulate_row`).
+ACCUMULATE_ROW = """                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                        kk: T.IDX = A_indices[A_indptr[vi] + p]
+                        a: T.VAL = A_data[A_indptr[vi] + p]
+                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                            j: T.IDX = B_indices[B_indptr[kk] + q]
+                            if mark[j] != vi + 1:
+                                mark[j] = vi + 1
+                                acc[j] = a * B_data[B_indptr[kk] + q]
+                                OUT[top[0]] = j
+                                top[0] = top[0] + T.TOP(1)
+                                lo[0] = T.min(lo[0], j)
+                                hi[0] = T.max(hi[0], j + T.IDX(1))
+                            else:
+                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+"""
+
+
+def _accumulate_row(source: str) -> str:
+    """`source` with each `ACCUMULATE_ROW(OUT, TOP)` line replaced by `ACCUMULATE_ROW`'s loop:
+    indices appended to `OUT`, the counter `top` of dtype `TOP`."""
+    lines = []
+    for line in source.split("\n"):
+        if line.startswith("ACCUMULATE_ROW("):
+            out, top = line[len("ACCUMULATE_ROW(") : -1].split(", ")
+            lines.append(ACCUMULATE_ROW.replace("OUT[", f"{out}[").replace("T.TOP(", f"T.{top}(").rstrip("\n"))
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
 SPGEMM_NUMERIC = """
 @T.prim_func
 def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
@@ -399,20 +432,7 @@ ACC_ALLOC
                     top[0] = C_indptr[vi]
                     lo[0] = T.IDX(n)
                     hi[0] = T.IDX(0)
-                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
-                        kk: T.IDX = A_indices[A_indptr[vi] + p]
-                        a: T.VAL = A_data[A_indptr[vi] + p]
-                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
-                            j: T.IDX = B_indices[B_indptr[kk] + q]
-                            if mark[j] != vi + 1:
-                                mark[j] = vi + 1
-                                acc[j] = a * B_data[B_indptr[kk] + q]
-                                C_indices[top[0]] = j
-                                top[0] = top[0] + T.IDX(1)
-                                lo[0] = T.min(lo[0], j)
-                                hi[0] = T.max(hi[0], j + T.IDX(1))
-                            else:
-                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+ACCUMULATE_ROW(C_indices, IDX)
                     count: T.float64 = T.float64(C_indptr[vi + 1] - C_indptr[vi])
                     if count * T.log2(count + T.float64(1)) * T.float64(SORT_COST) > T.float64(hi[0] - lo[0]):
                         top[0] = C_indptr[vi]
@@ -495,20 +515,7 @@ def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_da
                     start[0] = top[0]
                     lo[0] = T.IDX(n)
                     hi[0] = T.IDX(0)
-                    for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
-                        kk: T.IDX = A_indices[A_indptr[vi] + p]
-                        a: T.VAL = A_data[A_indptr[vi] + p]
-                        for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
-                            j: T.IDX = B_indices[B_indptr[kk] + q]
-                            if mark[j] != vi + 1:
-                                mark[j] = vi + 1
-                                acc[j] = a * B_data[B_indptr[kk] + q]
-                                T_indices[top[0]] = j
-                                top[0] = top[0] + T.int64(1)
-                                lo[0] = T.min(lo[0], j)
-                                hi[0] = T.max(hi[0], j + T.IDX(1))
-                            else:
-                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+ACCUMULATE_ROW(T_indices, int64)
                     count: T.float64 = T.float64(top[0] - start[0])
                     sort: T.float64 = count * T.log2(count + T.float64(1)) * T.float64(SORT_COST)
                     scan: T.float64 = T.if_then_else(count > T.float64(RADIX_MIN), SCAN_PER_ENTRY * count, sort)
@@ -566,7 +573,7 @@ def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     """Symbolic and numeric passes in one: each chunk writes its rows, sorted, one after the
     other from `t_start[part]` (room for the chunk's bound on its entries), and each row's count
     into `c_count`; the operator then moves the chunks to their `indptr` positions."""
-    source = _typed(SPGEMM_FUSED, idtype, dtype).replace("SORT_COST", str(SORT_COST))
+    source = _typed(_accumulate_row(SPGEMM_FUSED), idtype, dtype).replace("SORT_COST", str(SORT_COST))
     source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
     return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
 
@@ -814,7 +821,7 @@ SORT_COST = 4
 def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
     if workspace == "hash":
         return _HEADER + _typed(SPGEMM_NUMERIC_HASH, idtype, dtype).replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
-    source = _with_workspace(SPGEMM_NUMERIC, workspace, True)
+    source = _with_workspace(_accumulate_row(SPGEMM_NUMERIC), workspace, True)
     return _HEADER + _typed(source, idtype, dtype).replace("SORT_COST", str(SORT_COST))
 
 
