@@ -19,7 +19,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 #: Per notebook: PNG figures and HTML displays it must show at least.
 EXPECTED = {
     "01_three_stages": {"png": 1, "html": 6},
-    "02_format_decomposition": {"png": 4, "html": 2},
+    "02_format_decomposition": {"png": 6, "html": 3},
     "03_write_a_format_rule": {"png": 3, "html": 2},
     "04_mlir_encodings": {"png": 2, "html": 0},
     "05_benchmarks": {"png": 1, "html": 0},
