@@ -51,8 +51,18 @@ from ..arith.lattice import Lattice, render
 _HEADER = "from sparsetir_py import script as T\n\n"
 
 
+#: The two operands of a product `A @ B` (m x k times k x n), as the SpGEMM scripts declare them.
+SPGEMM_OPERANDS = """    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
+    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")"""
+
+
 def _typed(source: str, idtype: str, dtype: str) -> str:
     sentinel = str(2**31 - 1 if idtype == "int32" else 2**63 - 1)  # past every column of the index dtype
+    source = source.replace("SPGEMM_OPERANDS", SPGEMM_OPERANDS)
     return source.replace("IDX", idtype).replace("VAL", dtype).replace("SENTINEL", sentinel)
 
 
@@ -408,12 +418,7 @@ def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_
                    c_indices: T.handle, WORKSPACE_PARAMS bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
                    parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX):
     T.func_attr({"stage": 2})
-    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
-    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
-    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
-    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
-    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
-    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+SPGEMM_OPERANDS
     C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
     C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
     C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
@@ -486,12 +491,7 @@ def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_da
                  t_start: T.handle, c_count: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
                  parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
     T.func_attr({"stage": 2})
-    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
-    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
-    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
-    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
-    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
-    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+SPGEMM_OPERANDS
     T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
     T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
     T_start = T.match_buffer(t_start, (parts + 1,), "int64")
@@ -613,12 +613,7 @@ def spgemm_masked(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_d
                   c_data: T.handle, c_indices: T.handle, c_count: T.handle, WORKSPACE_PARAMS bounds: T.handle,
                   m: T.int32, k: T.int32, n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_m: T.IDX):
     T.func_attr({"stage": 2})
-    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
-    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
-    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
-    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
-    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
-    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+SPGEMM_OPERANDS
     M_indptr = T.match_buffer(m_indptr, (m + 1,), "IDX")
     M_indices = T.match_buffer(m_indices, (nnz_m,), "IDX")
     C_data = T.match_buffer(c_data, (nnz_m,), "VAL")
@@ -708,12 +703,7 @@ def spgemm_numeric(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_
                    c_indices: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32, parts: T.int32,
                    hsize: T.int64, nnz_a: T.IDX, nnz_b: T.IDX, nnz_c: T.IDX):
     T.func_attr({"stage": 2})
-    A_data = T.match_buffer(a_data, (nnz_a,), "VAL")
-    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
-    A_indices = T.match_buffer(a_indices, (nnz_a,), "IDX")
-    B_data = T.match_buffer(b_data, (nnz_b,), "VAL")
-    B_indptr = T.match_buffer(b_indptr, (k + 1,), "IDX")
-    B_indices = T.match_buffer(b_indices, (nnz_b,), "IDX")
+SPGEMM_OPERANDS
     C_data = T.match_buffer(c_data, (nnz_c,), "VAL")
     C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
     C_indices = T.match_buffer(c_indices, (nnz_c,), "IDX")
