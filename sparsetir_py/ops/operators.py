@@ -83,12 +83,13 @@ OPERATORS = {
 
 def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads, params, run: Callable):
     """`op` on A and its dense operands (`run` is the public operator, which `auto` times)."""
-    key = (
-        repeat.repeat_key(op.name, A, dense, format, target, schedule, threads) if out is None and not params else None
-    )
     decomposed = not (isinstance(format, str) and format in ("auto", "csr"))
     if decomposed:  # a composable format: its call checks `out` itself (`_call_parts`)
         key = repeat.repeat_key(op.name, A, dense, format, target, schedule, threads, params, out)
+    elif out is None and not params:
+        key = repeat.repeat_key(op.name, A, dense, format, target, schedule, threads)
+    else:
+        key = None
     call = repeat.repeated(key, A, dense)
     if call is not None:
         return call(A, *dense, out=out) if decomposed else call(A, *dense)
