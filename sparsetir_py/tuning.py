@@ -198,6 +198,7 @@ WIDE_ROW_BYTES = 1024  # 256 float32 accumulators: 16 of AVX-512's 32 vector reg
 WIDE_ROW_COST = 1.55
 PREFETCH_BYTES = 4096  # neighbouring rows of B within this many bytes share one miss
 ROW_S = 2e-9  # per row of A: its bounds, its row of C addressed
+SDDMM_NNZ_S = 5e-9  # per nonzero of SDDMM: its dot product's horizontal sum and its store
 CALL_S = 120e-6  # per call: `sp.ops`' dispatch, the parallel region's start and end (passive waiting threads woken)
 BSR_FMA = 70e9  # multiply-adds per second of BSR's block product (padding cells included)
 BSR_BLOCK_S = 20e-9  # per stored block: its column index, the loop over its rows
@@ -232,7 +233,9 @@ class Machine:
     graphs, whose short calls suffer most from a descheduled thread). On 48 timed candidates of
     graphs the fit did not see (an R-MAT of 300k rows and a uniform random graph of 250k, 4elt,
     polblogs, email-Eu-core, pygsp_minnesota, bcsstk13; widths 32/128/512): 0.43-2.13, 5
-    outside [0.5, 2] (before: 0.36-1.07, 18 outside). Re-measure when the kernels change, on the
+    outside [0.5, 2] (before: 0.36-1.07, 18 outside). SDDMM's `SDDMM_NNZ_S` fitted alone on 47
+    timed candidates (cora, pubmed, wiki-Vote, ca-CondMat, bcsstk16, rmat, mesh-b3): 0.32-2.2,
+    11 outside (before 15; mesh-b3 stays at 0.3-0.5). Re-measure when the kernels change, on the
     least loaded machine you have.
     """
 
@@ -448,6 +451,7 @@ def _model_csr(op: str, s: Structure, w: int, mach: Machine, imbalance: float, i
         stream = s.nnz * (itemsize + 4) + s.m * row
     else:
         stream = s.nnz * (2 * itemsize + 4) + s.m * row
+        gather += s.nnz / mach.threads * imbalance * SDDMM_NNZ_S  # a dot product's reduction, its store
     return gather + stream / mach.stream_bps + s.m * ROW_S / mach.threads + CALL_S
 
 
