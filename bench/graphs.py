@@ -59,8 +59,12 @@ class RmatParams:
 #: so B (200k x width floats) is 100 MB at width 128 and 400 MB at 512, past the L2 (and past an
 #: L3 shared with other tenants).
 LARGE_RMAT = RmatParams(scale=18, n=200_000, nnz=2_700_000)
+#: A second graph past the caches, of another seed and size (300k rows, 4M nonzeros: B is 150 MB
+#: at width 128, 600 MB at 512), so that a choice is not made on `rmat-large` alone.
+RMAT_XL = "rmat-xl"
+XL_RMAT = RmatParams(scale=19, n=300_000, nnz=4_000_000, seed=20240608)
 #: The synthetic graphs by name: generated once with their parameters, then cached.
-SYNTHETIC = {RMAT: RmatParams(), RMAT_LARGE: LARGE_RMAT}
+SYNTHETIC = {RMAT: RmatParams(), RMAT_LARGE: LARGE_RMAT, RMAT_XL: XL_RMAT}
 
 
 def _rmat_edges(rng: np.random.Generator, count: int, scale: int, a: float, b: float, c: float) -> np.ndarray:
@@ -151,7 +155,9 @@ BLOCK_GRAPHS = {
     "blocks-b4": {"block_rows": 40_000, "per_row": 10, "b": 4, "fill": 0.8, "band": None},
     "blocks-b8": {"block_rows": 10_000, "per_row": 8, "b": 8, "fill": 0.8, "band": None},
 }
-GRAPH_SETS = {"blocks": tuple(BLOCK_GRAPHS)}
+#: Graph sets by name (`--graphs blocks large`): the block matrices, and the graphs whose B
+#: outgrows the last-level cache (where column parts are timed).
+GRAPH_SETS = {"blocks": tuple(BLOCK_GRAPHS), "large": (RMAT_LARGE, RMAT_XL)}
 
 
 def block_graph(
@@ -251,7 +257,7 @@ def graph_file_stem(name: str) -> str:
 
 def known_graphs() -> list[str]:
     """Every name `--graphs` accepts: the shipped matrices, the synthetic graphs (`rmat`,
-    `rmat-large`), the block matrices and their set `blocks`."""
+    `rmat-large`, `rmat-xl`), the block matrices and the sets (`blocks`, `large`)."""
     shipped = sorted((f.stem for f in shipped_dir().glob("*.npz")), key=str.lower)
     return [*shipped, *SYNTHETIC, *BLOCK_GRAPHS, *GRAPH_SETS]
 

@@ -20,6 +20,30 @@ of extent `blocks * (parts - 1)` splits into row blocks (parallel) and parts (se
 
 Each row of A lies in exactly one row block (the converter's contract), so the parallel loop's
 iterations write disjoint rows of C: annotated `disjoint_writes`.
+
+What it can gain on the project's 2-core machine (2 MiB of L2 per core; an L3 that sysfs reports
+as 300 MiB, shared with other tenants), measured on rmat-large (200k rows, 2.7M nonzeros,
+permuted) with CSR's own `csr_cpu_rows_split_x8_fixed` over the same rows, every column folded
+into the first S (`indices % S`: the gather of a part whose slice of B has S rows, without the
+passes over C), against S = all 200k columns:
+
+    S rows (slice of B)    width 128          width 512
+    2048                   2.30x (1 MiB)      1.65x (4 MiB)
+    12500                  1.30x (6 MiB)      1.40x (24 MiB)
+    25000                  1.23x (12 MiB)     1.34x (49 MiB)
+    50000                  1.20x (24 MiB)     1.17x (98 MiB)
+    100000                 1.11x (49 MiB)     -
+
+Only a slice in the L2 gathers much faster; one in the L3 gains 1.1-1.4x, since a core reads the
+L3 at about the rate it reads memory. A slice in the L2 needs 50-200 parts here, and each part
+reads and writes its rows of C again (a row of C per (row, part) pair holding a nonzero: with
+13.5 nonzeros a row, nearly every row in every part). With 2 or 4 parts the L3's gain is spent on
+those passes: paired against the best CSR schedule (`out=` given), 0.93-1.11x on rmat-large and
+1.05-1.08x on an R-MAT of 300k rows and 4M nonzeros, widths 128 and 512. Tried in hand-written
+Numba kernels and not better: the top 512-4096 columns by degree (22-56% of the nonzeros) as a
+part of their own, 0.85-0.92x one CSR pass (a serial zeroing of C included, about a tenth of
+it); feature tiles of 16-64 with 8-32 parts, so that a slice fits the L2, 0.27-0.55x (each tile
+walks A and its (row, part) pairs of C again).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ from .runtime import timing
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
-TUNE_FORMAT = 9  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 10  # bump when candidates or the model change: cached results are then ignored
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
 _MEMORY: dict[str, TuneResult] = {}
@@ -190,11 +190,17 @@ class TuneResult:
 #: 2-vCPU VM of this project's machine); per visible core, no more than this is counted.
 LLC_PER_CORE = 4 << 20
 #: Rates of one thread (calibrated as `Machine`'s docstring says), in seconds or bytes/second.
-HIT_BPS = 28e9  # a row of B read from L1/L2 (reused within a thread's window of rows)
-LLC_BPS = 18e9  # a row of B from a last-level cache that holds all of B
-MISS_S = 135e-9  # a row of B gathered from memory: the latency of each region's first miss
+HIT_BPS = 42e9  # a row of B read from L1/L2 (reused within a thread's window of rows)
+LLC_BPS = 14e9  # a row of B from a last-level cache that holds all of B
+MISS_S = 113e-9  # a row of B gathered from memory: the latency of each region's first miss
+MEMORY_BPS = 19e9  # a row of B gathered from memory: its bytes, one thread
+WIDE_ROW_BYTES = 1024  # 256 float32 accumulators: 16 of AVX-512's 32 vector registers
+WIDE_ROW_COST = 1.55
 PREFETCH_BYTES = 4096  # neighbouring rows of B within this many bytes share one miss
-BSR_FMA = 12e9  # multiply-adds per second of BSR's block product (padding cells included)
+ROW_S = 2e-9  # per row of A: its bounds, its row of C addressed
+SDDMM_NNZ_S = 5e-9  # per nonzero of SDDMM: its dot product's horizontal sum and its store
+CALL_S = 120e-6  # per call: `sp.ops`' dispatch, the parallel region's start and end (passive waiting threads woken)
+BSR_FMA = 70e9  # multiply-adds per second of BSR's block product (padding cells included)
 BSR_BLOCK_S = 20e-9  # per stored block: its column index, the loop over its rows
 BSR_SDDMM = 2.5  # SDDMM's block product (a dot product per cell) over SpMM's, per cell
 # A slot of hyb's ELL loops (padding included; the schedules of a87e274: re-measure when they
@@ -212,21 +218,25 @@ class Machine:
     (`machine()`), falling back to 1 MiB and 32 MiB where sysfs does not say; `llc_bytes` caps the
     L3 at `LLC_PER_CORE` per visible core (a VM sees its host's whole cache).
 
-    The rates (`HIT_BPS`, `LLC_BPS`, `MISS_S`, `BSR_FMA`, `BSR_BLOCK_S`, `HYB_SLOT_S`, `HYB_BPS`,
-    and the stream rate) are per thread, calibrated on this project's 2-core machine: for each
-    bench graph (the shipped ones, `rmat`, `rmat-large`, `BLOCK_GRAPHS`: `bench/graphs.py`) and
-    width 32, 128 and 512, `tune(op, A, w, top=2, budget=0.1, cache=False, run=sp.ops.spmm)`
-    with `TIMING_GRAIN` 0, and every candidate of `candidates(..., every=True)` timed the same
-    way; then each family's rates fitted to its own rows of the tables (the `model/measured`
-    column), in this order: `HIT_BPS` from CSR on graphs whose B is reused from cache (cora,
-    mesh-b3: rows next to each other share columns), `MISS_S` from CSR on `rmat-large` (B past
-    the cache, columns permuted: 140-220 ms at widths 128/512 on a quiet machine), `BSR_FMA` and
-    `BSR_BLOCK_S` from BSR SpMM on the block graphs (`BSR_SDDMM` from BSR SDDMM on mesh-b3 and
-    blocks-b8), `HYB_SLOT_S` and `HYB_BPS` from hyb on mesh-b3
-    and blocks-b4 (their slot cost at three widths). The target is model/measured within
-    [0.5, 2]; the shared machine's load moves measured times by 2x and more (a parallel loop
-    waits for a descheduled thread), so fit on the least loaded runs and re-measure when the
-    kernels change.
+    The rates (`HIT_BPS`, `LLC_BPS`, `MISS_S`, `MEMORY_BPS`, `WIDE_ROW_COST`, `CALL_S`,
+    `BSR_FMA`, `BSR_BLOCK_S`, `HYB_SLOT_S`, `HYB_BPS`, and the stream rate) are per thread,
+    calibrated on this project's 2-core machine: for each bench graph (the shipped ones, `rmat`,
+    `rmat-large`, `BLOCK_GRAPHS`: `bench/graphs.py`) and width 32, 128 and 512,
+    `tune(op, A, w, top=2, budget=0.1, cache=False, run=sp.ops.spmm)` with `TIMING_GRAIN` 0 and
+    `OMP_WAIT_POLICY=passive` (127 timed SpMM candidates); then `HIT_BPS`, `LLC_BPS`, `MISS_S`,
+    `MEMORY_BPS`, `WIDE_ROW_COST` and `BSR_FMA` fitted together (least squares of
+    log(model / measured), Powell) with `CALL_S` set by hand. Those timings ran beside other
+    work (load average 1.9-2.6 on 2 cores: measured times up to 2x a quiet run's, and rmat-large
+    at width 128 measured 39 ms at load 1.3 and 148 ms at 2.1), so the fit aims the model at 0.75
+    of them, near a quiet run: model/measured then spans 0.31-2.0 (median 0.67; before: 0.18-3.05,
+    39 of 127 outside [0.5, 2], now 25, all on the low side but one: small and mid-sized
+    graphs, whose short calls suffer most from a descheduled thread). On 48 timed candidates of
+    graphs the fit did not see (an R-MAT of 300k rows and a uniform random graph of 250k, 4elt,
+    polblogs, email-Eu-core, pygsp_minnesota, bcsstk13; widths 32/128/512): 0.43-2.13, 5
+    outside [0.5, 2] (before: 0.36-1.07, 18 outside). SDDMM's `SDDMM_NNZ_S` fitted alone on 47
+    timed candidates (cora, pubmed, wiki-Vote, ca-CondMat, bcsstk16, rmat, mesh-b3): 0.32-2.2,
+    11 outside (before 15; mesh-b3 stays at 0.3-0.5). Re-measure when the kernels change, on the
+    least loaded machine you have.
     """
 
     threads: int
@@ -246,13 +256,16 @@ class Machine:
         there, else (`miss` = the fractions of rows and of regions first touched:
         `Structure.reuse_miss`) the rows first touched come from memory, at the streaming rate
         and one latency per region, and the rest from the caches."""
+        # A row wider than a register file's worth of accumulators (`WIDE_ROW_BYTES`) is
+        # accumulated through L1: every read of it costs `WIDE_ROW_COST` times as much.
+        wide = WIDE_ROW_COST if row_bytes > WIDE_ROW_BYTES else 1.0
         if table_bytes <= self.l2_bytes:
-            return rows * row_bytes / HIT_BPS
+            return rows * row_bytes / HIT_BPS * wide
         if table_bytes <= self.llc_bytes:
-            return rows * row_bytes / LLC_BPS
+            return rows * row_bytes / LLC_BPS * wide
         new, regions = miss
-        memory = new * row_bytes / (self.stream_bps / max(self.threads, 1)) + regions * MISS_S
-        return rows * ((1 - new) * row_bytes / HIT_BPS + memory)
+        memory = new * row_bytes / MEMORY_BPS + regions * MISS_S
+        return rows * ((1 - new) * row_bytes / HIT_BPS + memory) * wide
 
     def window(self, row_bytes: float) -> int:
         """How many rows of B one thread keeps in its share of the caches."""
@@ -438,7 +451,8 @@ def _model_csr(op: str, s: Structure, w: int, mach: Machine, imbalance: float, i
         stream = s.nnz * (itemsize + 4) + s.m * row
     else:
         stream = s.nnz * (2 * itemsize + 4) + s.m * row
-    return gather + stream / mach.stream_bps + s.m * 2e-9 / mach.threads + 8e-6
+        gather += s.nnz / mach.threads * imbalance * SDDMM_NNZ_S  # a dot product's reduction, its store
+    return gather + stream / mach.stream_bps + s.m * ROW_S / mach.threads + CALL_S
 
 
 def _model_bsr(op: str, s: Structure, w: int, mach: Machine, b: int, itemsize: int = 4) -> float:
@@ -447,7 +461,7 @@ def _model_bsr(op: str, s: Structure, w: int, mach: Machine, b: int, itemsize: i
     (SDDMM: of Y), which is `fill x b` times fewer row reads than CSR's one per nonzero."""
     fill = s.fills.get(b, 0.0)
     if s.nnz == 0 or fill <= 0:
-        return 8e-6
+        return CALL_S
     blocks = s.nnz / (fill * b * b)
     cells = blocks * b * b
     row = w * itemsize
@@ -460,7 +474,7 @@ def _model_bsr(op: str, s: Structure, w: int, mach: Machine, b: int, itemsize: i
     stream = cells * itemsize + blocks * 4 + s.m * row  # A's blocks, their columns, C (SDDMM: X)
     if op == "sddmm":
         stream += cells * itemsize  # the result's blocks
-    return gather + compute + stream / mach.stream_bps + 8e-6
+    return gather + compute + stream / mach.stream_bps + CALL_S
 
 
 def _model_hyb(s: Structure, w: int, mach: Machine, parts: int, buckets: list[int], itemsize: int = 4) -> float:
@@ -504,7 +518,7 @@ def _model_colparts(s: Structure, w: int, mach: Machine, parts: int, itemsize: i
         gather = mach.gather_s(reads, row, s.n * row, (0.0, 0.0)) * gain
     # C: written by part 0's pass, then read and written once per (row, later part) pair.
     stream = s.nnz * (itemsize + 4) + pairs * 8 + s.m * row + 2 * (pairs - s.m) * row
-    return gather + stream / mach.stream_bps + pairs * COLPARTS_PAIR_S / mach.threads + 8e-6
+    return gather + stream / mach.stream_bps + pairs * COLPARTS_PAIR_S / mach.threads + CALL_S
 
 
 def colparts_counts(s: Structure, w: int, mach: Machine, itemsize: int = 4) -> list[int]:

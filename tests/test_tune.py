@@ -248,7 +248,7 @@ def test_the_model_ranks_bsr_by_block_fill(monkeypatch):
     """Where the block product runs fast enough to pay (today's kernels do not: the tuner then
     measures BSR and keeps CSR), the model puts BSR first at full fill and behind CSR at low
     fill, with B past the cache (`SMALL`, width 512)."""
-    monkeypatch.setattr(tuning, "BSR_FMA", 3 * tuning.BSR_FMA)
+    monkeypatch.setattr(tuning, "BSR_FMA", 36e9)  # a fixed rate: the test is of the model's shape
 
     def best(fill: float) -> str:
         s = tuning.Structure.of(block_matrix(fill))
@@ -290,3 +290,26 @@ def test_the_last_level_cache_counts_a_share_per_core():
     assert tuning.Machine(threads=8, l2_bytes=1 << 20, l3_bytes=16 << 20, cores=8).llc_bytes == 16 << 20
     mach = tune.machine()
     assert mach.l2_bytes > 0 and 0 < mach.llc_bytes <= mach.l3_bytes
+
+
+def test_rows_wider_than_the_registers_cost_more_per_byte():
+    """A row of B wider than `WIDE_ROW_BYTES` is accumulated through L1, not in registers: the
+    model charges each of its bytes `WIDE_ROW_COST` times a narrow row's, at every cache level
+    (measured: the model was 0.4-0.5x the kernels at width 512 and about right at 32 without it)."""
+    narrow, wide = tuning.WIDE_ROW_BYTES, 2 * tuning.WIDE_ROW_BYTES
+    for table, miss in ((1 << 10, (0.0, 0.0)), (SMALL.llc_bytes, (0.0, 0.0)), (1 << 30, (0.5, 0.1))):
+        per_byte = [SMALL.gather_s(100, row, table, miss) / row for row in (narrow, wide)]
+        assert per_byte[1] > 1.2 * per_byte[0]
+    assert tuning.WIDE_ROW_COST > 1
+
+
+def test_sddmm_pays_per_nonzero_for_its_dot_products(monkeypatch):
+    """SDDMM's CSR model charges each nonzero `SDDMM_NNZ_S` (its dot product's horizontal sum and
+    its store: without it the model was 0.2-0.3x the kernels on mesh-b3 and rmat at width 32);
+    SpMM's does not."""
+    s = tuning.Structure.of(block_matrix(1.0))
+    before = {op: tuning._model_csr(op, s, 32, SMALL, 1.0) for op in ("spmm", "sddmm")}
+    monkeypatch.setattr(tuning, "SDDMM_NNZ_S", 2 * tuning.SDDMM_NNZ_S)
+    after = {op: tuning._model_csr(op, s, 32, SMALL, 1.0) for op in ("spmm", "sddmm")}
+    assert after["spmm"] == before["spmm"]
+    assert after["sddmm"] - before["sddmm"] == pytest.approx(s.nnz / SMALL.threads * tuning.SDDMM_NNZ_S / 2)

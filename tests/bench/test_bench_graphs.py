@@ -126,7 +126,16 @@ def test_real_graphs_are_shipped_and_canonical(name):
 
 
 def test_known_graphs_are_the_shipped_ones_and_rmat():
-    assert graphs.known_graphs() == [*available(), "rmat", "rmat-large", *graphs.BLOCK_GRAPHS, "blocks"]
+    assert graphs.known_graphs() == [
+        *available(),
+        "rmat",
+        "rmat-large",
+        "rmat-xl",
+        *graphs.BLOCK_GRAPHS,
+        "blocks",
+        "large",
+    ]
+    assert graphs.expand_sets(["large"]) == ["rmat-large", "rmat-xl"]
     with pytest.raises(KeyError, match="no matrix 'nope'"):
         load_graph("nope")
 
