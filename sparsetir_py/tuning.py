@@ -77,6 +77,7 @@ from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
 TUNE_FORMAT = 10  # bump when candidates or the model change: cached results are then ignored
+DEFAULT_TOP = 4  # the model's best this many are timed when `tune` is not told how many
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
 _MEMORY: dict[str, TuneResult] = {}
@@ -890,7 +891,7 @@ def tune(
     target: str = "cpu",
     *,
     run: Callable,
-    top: int = 4,
+    top: int | None = None,
     budget: float = 0.25,
     progress: bool | None = None,
     cache: bool = True,
@@ -900,7 +901,10 @@ def tune(
 
     `run`: the operator that times a candidate, called as `run(A, *operands, format=...,
     target=..., schedule=..., **params)` (`sp.ops.spmm` / `sp.ops.sddmm`); `top`: how many of
-    the model's best are timed; `budget`: seconds of timed calls per
+    the model's best are timed (None: `DEFAULT_TOP`, and any cached result answers; given, a
+    cached result answers only if its search timed, or tried, the model's best `top` too: a
+    search asked for more than the cache holds runs again, and its result replaces the entry);
+    `budget`: seconds of timed calls per
     candidate (at least 3 calls); `progress`: a tqdm bar while candidates are timed and the table
     printed after (None: only on a terminal); `cache`: read and write the on-disk cache.
     """
@@ -910,7 +914,8 @@ def tune(
         raise TargetError(f"unknown target {target!r}: expected 'cpu' or 'cuda'")
     if not isinstance(feat, (int, np.integer)) or isinstance(feat, bool) or feat < 0:
         raise InputError(f"feat must be a non-negative int, got {feat!r}")
-    positive_int("top", top)
+    asked = top is not None
+    top = positive_int("top", top) if asked else DEFAULT_TOP
     csr = as_csr(A)
     mach = machine()
     key = _key(op, csr, int(feat), target, mach, dtype)
@@ -918,7 +923,8 @@ def tune(
         hit = _MEMORY.get(key) or _load(key, op, csr, int(feat), target, mach, np.dtype(dtype).itemsize)
         if hit is not None:
             _MEMORY[key] = hit
-            return dataclasses.replace(hit, cached=True, tuning_seconds=0.0)
+            if not asked or _covers(hit, top):
+                return dataclasses.replace(hit, cached=True, tuning_seconds=0.0)
     start = time.perf_counter()
     s = Structure.of(csr)
     itemsize = np.dtype(dtype).itemsize
@@ -966,6 +972,14 @@ def tune(
     if show:
         print(result)
     return result
+
+
+def _covers(result: TuneResult, top: int) -> bool:
+    """Whether `result` answers a search that times the model's best `top`: it timed (or tried:
+    a candidate that failed) each of them, or it timed nothing (the model decided alone, which
+    `top` does not change)."""
+    tried = [c.measured_s is not None or c.error is not None for c in result.candidates]
+    return not any(tried) or all(tried[:top])
 
 
 def _interactive() -> bool:

@@ -135,6 +135,23 @@ def test_results_are_cached_in_memory_and_on_disk(cache, timed):
     assert not redone.cached and json.loads(files[0].read_text())["op"] == "spmm"
 
 
+def test_a_cached_search_answers_only_as_many_as_it_timed(cache, timed):
+    """`top` asked for: a cached result answers if its search timed the model's best `top`
+    (else the search runs again and replaces it); `top` not given: any cached result answers."""
+    A = power_law()
+    first = sp.tune.spmm(A, 16, top=1, budget=0.01, progress=False)
+    tried = [c.measured_s is not None for c in first.table]
+    assert tried[0] and not all(tried[:3])  # the search with top=1 left some of the best 3 untimed
+    more = sp.tune.spmm(A, 16, top=3, budget=0.01, progress=False)
+    assert not more.cached and all(c.measured_s is not None for c in list(more.table)[:3])
+    for top in (1, 2, 3, None):  # the wider search answers narrower ones, and `format="auto"`'s
+        again = sp.tune.spmm(A, 16, top=top, progress=False)
+        assert again.cached and again.table.winner.label == more.table.winner.label
+    tuning._MEMORY.clear()  # from disk too
+    assert sp.tune.spmm(A, 16, top=3, progress=False).cached
+    assert not sp.tune.spmm(A, 16, top=len(more.table), budget=0.01, progress=False).cached
+
+
 def test_the_key_follows_structure_width_and_target_not_values(cache):
     A = power_law(seed=4)
     B = A.copy()
