@@ -28,9 +28,12 @@ that only where it can tell that the b rows of C do not overlap, which depends o
   the CPU code generator puts on the stack (`stack_zeros`), so nothing aliases it; the generated
   assembly at b = 3: per stored block 9 broadcasts, 12 loads of B, 36 FMAs, no access to C.
 
-Above `WHOLE_BLOCK` the block's rows go one at a time, or at width `TILE` (the tile cached)
-`_row_group(b)` at a time (b = 6: 3, b = 8: 4; one for a prime b): each row of B is loaded once
-for that many rows of C, the block's columns a loop around the features.
+Above `WHOLE_BLOCK` the block's rows go in groups: at width `TILE` (the tile cached)
+`_row_group(b)` at a time (b = 6: 3, b = 8: 4; one for a prime b), the block's columns a loop
+around the features; at a constant width above `TILE` whose b x width outputs fit the stack
+(`STACK_BYTES`), `_cell_group(b)` at a time (b = 6: 3, b = 8: 2) with all b columns unrolled and
+the outputs cached the same way; each row of B is loaded once for that many rows of C. At a
+run-time width, one row at a time.
 
 Block rows run in parallel, one range of equal blocks per thread (`split_by` over the block row
 pointer).
@@ -43,6 +46,7 @@ row of the block at a time, b sums).
 
 from __future__ import annotations
 
+from sparsetir_py.codegen.cpu import STACK_BYTES
 from sparsetir_py.schedule import LoopRV, Schedule, top_level_nests
 
 from .common import fixed_width
@@ -52,6 +56,9 @@ from .common import fixed_width
 #: features): 36 or 64 unrolled cells take Numba 40-60 s to compile, and SDDMM's b^2 sums would
 #: not fit the vector registers.
 WHOLE_BLOCK = 4
+#: Above `WHOLE_BLOCK`, at a width other than `TILE`, at most this many cells of a block (a group
+#: of its rows, all its columns) unrolled in SpMM's tile loop: as many as b = 4's whole block.
+GROUP_CELLS = 18
 #: SpMM's feature tile: a constant trip count, so LLVM vectorises and unrolls the tile's loop
 #: completely and keeps the b x `TILE` outputs in vector registers across the block row's stored
 #: blocks (32 float32: four AVX2 registers a row).
@@ -96,11 +103,23 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
         if tile == TILE and _values_dtype(sch) == "float64":
             tile = TILE // 2  # the same bytes: b rows of 16 float64 in the registers
         # Above WHOLE_BLOCK, where the tile of outputs is cached (`cache_write` below), the block's
-        # rows `group` at a time: each row of B loaded once for `group` rows of C. Elsewhere one row
-        # at a time: the block's columns would be a loop around the features, and each would load
-        # and store the group's outputs again (mesh-b6, width 128: 2x slower than one row).
+        # rows `group` at a time: each row of B loaded once for `group` rows of C. Elsewhere (a
+        # run-time width) one row at a time: C's outputs would be loaded and stored for every block.
         tiled = width is not None and width <= tile and _has_init(sch, inner)
-        group = _row_group(_extent(sch, ii)) if tiled else 1
+        b = _extent(sch, ii)
+        # Above `TILE` (a constant width) the block's rows go in groups too, all b columns unrolled,
+        # through a `local` tile of the block row's b x width outputs: on the stack nothing aliases
+        # it, so LLVM keeps a group's b x `TILE` outputs in registers across the row's blocks (in C
+        # they were loaded and stored for every block). One thread, paired with the one-row kernel:
+        # mesh-b6 1.23x at width 128, 1.73x at 512; blocks-b8 (groups of 2) 1.13x, 1.45x.
+        wide = (
+            not whole
+            and not tiled
+            and width is not None
+            and _has_init(sch, inner)
+            and b * width * _itemsize(sch) <= STACK_BYTES
+        )
+        group = _row_group(b) if tiled else _cell_group(b) if wide else 1
         if not whole and group > 1:
             ii_outer, ii = sch.split(ii, [None, group])
         if width is None or width > tile:
@@ -108,7 +127,9 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
             if whole:
                 sch.reorder(k_outer, jo, k, ii, ji)
             elif group > 1:
-                sch.reorder(k_outer, ii_outer, jo, ji, k, ii)
+                # `group` rows of the block and all its columns unrolled in the tile's loop: the
+                # group's outputs stay in registers across the row's blocks, as the whole block's do.
+                sch.reorder(k_outer, ii_outer, jo, k, ii, ji)
             else:
                 sch.reorder(k_outer, ii, jo, k, ji)
         elif whole:
@@ -118,14 +139,15 @@ def bsr_cpu_spmm(sch: Schedule, tile: int = TILE) -> None:
         else:
             sch.reorder(ii, jo, k, ji)
         init = sch.decompose_reduction(block, jo) if _has_init(sch, inner) else None
-        if (whole or group > 1) and init is not None and tiled:
-            # The whole (constant) width is one tile: the block row's b x width outputs in a local
-            # tile (on the stack, which LLVM keeps in registers: no argument aliases it), C
-            # written once from it after the row's stored blocks.
+        if init is not None and ((tiled and (whole or group > 1)) or (wide and group > 1)):
+            # The block row's b x width outputs in a local tile (on the stack, which LLVM keeps in
+            # registers: no argument aliases it), C written once from it after the row's stored
+            # blocks. (A whole block above `TILE` takes none: LLVM keeps its tile in registers, and
+            # with one, mesh-b3 ran 1.3x slower at width 128.)
             sch.cache_write(block, "C", "local")
         if whole or group > 1:
             sch.unroll(ii)
-        if whole or group == 1:
+        if whole or group == 1 or not tiled:
             sch.unroll(ji)
         if init is not None and (whole or group > 1):
             sch.unroll(sch.get_loops(init)[-1])  # the tile's rows, as the sum's
@@ -156,6 +178,13 @@ def _row_group(b: int) -> int:
     return max(g for g in range(1, WHOLE_BLOCK + 1) if b % g == 0)
 
 
+def _cell_group(b: int) -> int:
+    """Above `WHOLE_BLOCK`, at widths other than `TILE`, how many rows of a block SpMM computes
+    together, all b columns unrolled: the largest divisor g of b with g * b <= `GROUP_CELLS`
+    (b = 6: 3, b = 8: 2; 1 for a prime b)."""
+    return max(g for g in range(1, b + 1) if b % g == 0 and g * b <= GROUP_CELLS)
+
+
 def _has_init(sch: Schedule, block: str) -> bool:
     """Whether the cell block zeroes C itself (`fold_block_init`) rather than an `_init0` nest."""
     return not any(n.blocks and n.blocks[0].endswith("_init0") for n in top_level_nests(sch.func))
@@ -164,6 +193,11 @@ def _has_init(sch: Schedule, block: str) -> bool:
 def _values_dtype(sch: Schedule) -> str | None:
     """The dtype of the function's output `C` (None if it has none)."""
     return next((b.dtype for b in sch.func.buffer_map.values() if b.name == "C"), None)
+
+
+def _itemsize(sch: Schedule) -> int:
+    """Bytes of an element of `C` (8 where unknown)."""
+    return 4 if _values_dtype(sch) == "float32" else 8
 
 
 def _extent(sch: Schedule, loop: LoopRV) -> int:

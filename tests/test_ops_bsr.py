@@ -3,12 +3,13 @@ shape (`sp.transform.pad_shape`) with `schedules/bsr.py`, against scipy; and the
 the decomposed path (`sp.ops.parts`: the gather of A's values, SDDMM's results back to A's order,
 the inf/NaN check on the rows of B that padding reads) against brute force, without compiling.
 
-Six kernels in all (each compile costs 3-7 s), every one on a matrix of random dense blocks at
+Seven kernels in all (each compile costs 3-7 s), every one on a matrix of random dense blocks at
 80% fill, with a shape the block size does not divide and empty block rows; the width is a
 run-time value where it is not a multiple of `TILE`, so widths 1, 5 and 33 share a kernel:
 
     b = 6, float32 / int32      SpMM and SDDMM above WHOLE_BLOCK, one row of the block at a time
     b = 6, float32 / int32      SpMM at width `TILE`: compiled for it, rows 3 at a time, the tile on the stack
+    b = 6, float32 / int32      SpMM at width 2 `TILE`: rows 3 at a time, all columns unrolled, the tile on the stack
     b = 2, float64 / int64      SpMM and SDDMM, the whole block unrolled (b <= WHOLE_BLOCK)
     b = 2, float32 / int32      SpMM at width `TILE`: compiled for it, the tile on the stack
 
@@ -126,6 +127,22 @@ def test_bsr_rows_in_groups_at_the_width_of_a_tile():
     (source,) = [k.source for key, k in KERNELS.items() if key.feat == TILE and "block_size', 6)" in key.format]
     blocks = [line.strip() for line in source.splitlines() if line.strip().startswith('# block "csrmm_bsr1')]
     assert len([x for x in blocks if "init" not in x]) == 3 and "stack_zeros(" in source
+
+
+def test_bsr_rows_in_groups_above_the_width_of_a_tile():
+    """At a width of whole tiles above `TILE` (compiled for it) b = 6 runs its rows 3 at a time,
+    all 6 columns unrolled (18 cells), the block row's outputs in a stack tile; a partial last
+    block row and column, empty block rows, and a call with `out=` repeated with a new B."""
+    A = block_matrix(6, seed=9)
+    rng = np.random.default_rng(12)
+    out = np.full((A.shape[0], 2 * TILE), np.nan, np.float32)
+    for _ in range(2):
+        B = rng.standard_normal((A.shape[1], 2 * TILE)).astype(np.float32)
+        assert sp.ops.spmm(A, B, format="bsr", block_size=6, out=out) is out
+        np.testing.assert_allclose(out, A @ B, rtol=1e-4, atol=1e-4)
+    (source,) = [k.source for key, k in KERNELS.items() if key.feat == 2 * TILE and "block_size', 6)" in key.format]
+    blocks = [line.strip() for line in source.splitlines() if line.strip().startswith('# block "csrmm_bsr1')]
+    assert len([x for x in blocks if "init" not in x]) == 18 and "stack_zeros(" in source
 
 
 def test_bsr_width_of_whole_tiles_keeps_the_tile_in_registers():
