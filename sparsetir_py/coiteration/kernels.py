@@ -400,14 +400,17 @@ ACCUMULATE_ROW = """                    for p in T.serial(A_indptr[vi + 1] - A_i
 
 def _accumulate_row(source: str) -> str:
     """`source` with each `ACCUMULATE_ROW(OUT, TOP)` line replaced by `ACCUMULATE_ROW`'s loop:
-    indices appended to `OUT`, the counter `top` of dtype `TOP`."""
+    indices appended to `OUT`, the counter `top` of dtype `TOP`; spaces before the marker indent
+    the loop further."""
     lines = []
     for line in source.split("\n"):
-        if line.startswith("ACCUMULATE_ROW("):
-            out, top = line[len("ACCUMULATE_ROW(") : -1].split(", ")
-            lines.append(ACCUMULATE_ROW.replace("OUT[", f"{out}[").replace("T.TOP(", f"T.{top}(").rstrip("\n"))
-        else:
+        if not line.lstrip().startswith("ACCUMULATE_ROW("):
             lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        out, top = line.strip()[len("ACCUMULATE_ROW(") : -1].split(", ")
+        loop = ACCUMULATE_ROW.replace("OUT[", f"{out}[").replace("T.TOP(", f"T.{top}(").rstrip("\n")
+        lines.extend(indent + row for row in loop.split("\n"))
     return "\n".join(lines)
 
 
@@ -473,7 +476,7 @@ def spgemm_work(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, c_w
                     kk: T.IDX = A_indices[A_indptr[vi] + p]
                     work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
                 C_work[vi] = work[0]
-                C_room[vi] = T.min(work[0], T.int64(n))
+                C_room[vi] = T.min(work[0], T.int64(n) + T.int64(1))
 """
 
 
@@ -488,14 +491,15 @@ SPGEMM_FUSED = """
 @T.prim_func
 def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
                  b_indptr: T.handle, b_indices: T.handle, t_data: T.handle, t_indices: T.handle,
-                 t_start: T.handle, c_count: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
-                 parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
+                 t_start: T.handle, c_count: T.handle, w_prefix: T.handle, bounds: T.handle, m: T.int32, k: T.int32,
+                 n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
     T.func_attr({"stage": 2})
 SPGEMM_OPERANDS
     T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
     T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
     T_start = T.match_buffer(t_start, (parts + 1,), "int64")
     C_count = T.match_buffer(c_count, (m,), "IDX")
+    W_prefix = T.match_buffer(w_prefix, (m + 1,), "int64")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
     for part in T.serial(parts):
         with T.block("spgemm_fused0"):
@@ -515,7 +519,24 @@ SPGEMM_OPERANDS
                     start[0] = top[0]
                     lo[0] = T.IDX(n)
                     hi[0] = T.IDX(0)
-ACCUMULATE_ROW(T_indices, int64)
+                    if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                        for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                            kk: T.IDX = A_indices[A_indptr[vi] + p]
+                            a: T.VAL = A_data[A_indptr[vi] + p]
+                            for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                                # No branch on whether column j is new (on long rows it mispredicts about
+                                # every other product): its index is written at the row's end either way,
+                                # and the end moves on only where it is new.
+                                j: T.IDX = B_indices[B_indptr[kk] + q]
+                                new: T.int64 = T.int64(mark[j] != vi + 1)
+                                mark[j] = vi + 1
+                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+                                T_indices[top[0]] = j
+                                top[0] = top[0] + new
+                                lo[0] = T.min(lo[0], j)
+                                hi[0] = T.max(hi[0], j + T.IDX(1))
+                    else:
+    ACCUMULATE_ROW(T_indices, int64)
                     count: T.float64 = T.float64(top[0] - start[0])
                     sort: T.float64 = count * T.log2(count + T.float64(1)) * T.float64(SORT_COST)
                     scan: T.float64 = T.if_then_else(count > T.float64(RADIX_MIN), SCAN_PER_ENTRY * count, sort)
@@ -525,6 +546,7 @@ ACCUMULATE_ROW(T_indices, int64)
                             if mark[lo[0] + j] == vi + 1:
                                 T_indices[top[0]] = lo[0] + j
                                 T_data[top[0]] = acc[lo[0] + j]
+                                acc[lo[0] + j] = T.VAL(0)
                                 top[0] = top[0] + T.int64(1)
                     elif count > T.float64(RADIX_MIN):
                         # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
@@ -551,11 +573,13 @@ ACCUMULATE_ROW(T_indices, int64)
                             high: T.IDX = (jt - lo[0]) // d
                             T_indices[start[0] + T.int64(cnt[high])] = jt
                             T_data[start[0] + T.int64(cnt[high])] = acc[jt]
+                            acc[jt] = T.VAL(0)
                             cnt[high] += 1
                     else:
                         T.sort_range(T_indices, start[0], top[0])
                         for t in T.serial(top[0] - start[0]):
                             T_data[start[0] + t] = acc[T_indices[start[0] + t]]
+                            acc[T_indices[start[0] + t]] = T.VAL(0)
                     C_count[vi] = T.IDX(top[0] - start[0])
 """
 
@@ -567,6 +591,11 @@ RADIX_MIN = 32
 #: entry: a scan step costs a fraction of a counting-sort step (measured: scanning wins on
 #: polblogs' rows, 4-30 columns per entry, and loses on R-MAT's, 40 and more).
 SCAN_PER_ENTRY = 16
+#: Rows of more multiply-adds than this accumulate with no branch on whether a column is new
+#: (every product adds into the workspace, which such rows clear afterwards): on long rows that
+#: branch mispredicts about every other product (measured on R-MAT: 1.1-1.4x the branchy loop's
+#: speed); short rows (a mesh's, 25) predict it well enough and skip the clearing.
+BRANCHLESS_MIN = 32
 
 
 def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
@@ -575,6 +604,7 @@ def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     into `c_count`; the operator then moves the chunks to their `indptr` positions."""
     source = _typed(_accumulate_row(SPGEMM_FUSED), idtype, dtype).replace("SORT_COST", str(SORT_COST))
     source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
+    source = source.replace("BRANCHLESS_MIN", str(BRANCHLESS_MIN))
     return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
 
 

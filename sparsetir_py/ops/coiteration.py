@@ -328,6 +328,27 @@ def _keep_scratch(arrays: tuple[np.ndarray, np.ndarray]) -> None:
         _SCRATCH[(arrays[1].dtype.name, arrays[0].dtype.name)] = arrays
 
 
+#: Per-row arrays of the host steps (each row's work and room, their prefix sums, its count),
+#: kept between calls as the scratch buffer is: on a mesh of 160,000 rows, faulting in the fresh
+#: ones cost about as much as a tenth of the product.
+_ROWS: dict[tuple[str, str], np.ndarray] = {}
+
+
+def _take_rows(name: str, size: int, dtype) -> np.ndarray:
+    """A kept array of at least `size` entries of `dtype` for `name` (taken out while in use, so
+    that concurrent calls never share it), else a new one; `_keep_rows` gives it back."""
+    kept = _ROWS.pop((name, np.dtype(dtype).name), None)
+    if kept is not None and len(kept) >= size:
+        return kept
+    return np.empty(size, dtype)
+
+
+def _keep_rows(name: str, *arrays: np.ndarray) -> None:
+    for i, arr in enumerate(arrays):
+        if arr.nbytes <= SCRATCH_BYTES:
+            _ROWS[(f"{name}{i}", arr.dtype.name)] = arr
+
+
 def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
     """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
     writes its rows one after the other from `t_start[p]`, room for its rows' bounds. One
@@ -341,14 +362,19 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
     estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
-    work, room = np.empty(m, np.int64), np.empty(m, np.int64)
+    # Each row's work and room written after a leading 0, then summed in place: their prefix sums.
+    kept = _take_rows("spgemm0", m + 1, np.int64), _take_rows("spgemm1", m + 1, np.int64)
+    work, room = kept[0][: m + 1], kept[1][: m + 1]
     kernel("work", **names)(
-        **structure, c_work=work, c_room=room, bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1, nnz_a=A.nnz,
-        check_structure=False, **estimate,
+        **structure, c_work=work[1:], c_room=room[1:], bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1,
+        nnz_a=A.nnz, check_structure=False, **estimate,
     )  # fmt: skip
-    work, room = prefix(work), prefix(room)
+    work[0] = room[0] = 0
+    np.cumsum(work[1:], out=work[1:])
+    np.cumsum(room[1:], out=room[1:])
     nnz_t = int(room[-1])
     if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
+        _keep_rows("spgemm", *kept)
         return None
     thread_args = _threads(threads, "cpu", int(work[-1]))
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
@@ -358,13 +384,18 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
         t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
     else:
         t_data, t_indices = _scratch(nnz_t, idtype, dtype)
-    counts = np.empty(m, idtype)
+    # The result's indptr: each row's count written after a leading 0, summed in place (the
+    # counts sum to at most nnz_t, which fits the index dtype).
+    indptr = np.empty(m + 1, idtype)
+    indptr[0] = 0
     kernel("fused", **names)(
         **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
-        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=counts, bounds=bounds, m=m,
-        k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data), check_structure=False, **thread_args,
+        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=indptr[1:], w_prefix=work,
+        bounds=bounds, m=m, k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data),
+        check_structure=False, **thread_args,
     )  # fmt: skip
-    indptr = prefix(counts).astype(idtype, copy=False)
+    _keep_rows("spgemm", *kept)
+    np.cumsum(indptr[1:], out=indptr[1:])
     nnz = int(indptr[-1])
     if parts == 1:
         t_data.resize(nnz, refcheck=False)

@@ -59,7 +59,8 @@ def test_fused_kernels_match_the_interpreter():
     t_start = room[bounds]
     nnz_t = int(t_start[-1])
     fused_args = {**structure, "a_data": A.data, "b_data": B.data, "b_indices": B.indices, "t_start": t_start,
-                  "bounds": bounds, "parts": 2, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_t": nnz_t}  # fmt: skip
+                  "w_prefix": prefix(got["c_work"]), "bounds": bounds, "parts": 2, "nnz_a": A.nnz, "nnz_b": B.nnz,
+                  "nnz_t": nnz_t}  # fmt: skip
     outputs = {"t_data": np.zeros(nnz_t, np.float32), "t_indices": np.zeros(nnz_t, np.int64),
                "c_count": np.zeros(m, np.int64)}  # fmt: skip
     got = run_both("fused", names, fused_args, outputs)
