@@ -67,8 +67,14 @@ def _typed(source: str, idtype: str, dtype: str) -> str:
 
 
 # ------------------------------------------------------------------ element-wise merge
-def merge_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32") -> str:
-    """The two-operand merge loop of `lat` (operands `A` and `B`, scalar parameters `scalars`)."""
+def merge_script(
+    lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32", packed: bool = False
+) -> str:
+    """The two-operand merge loop of `lat` (operands `A` and `B`, scalar parameters `scalars`).
+
+    With `packed`, chunk `part` writes its rows one after the other from `c_start[bounds[part]]`
+    instead of each row at `c_start[i]`: only the gaps between chunks are left to close (a move of
+    the chunks after the first, `compact_chunks_script`), not one between every two rows."""
     if lat.operands != ("A", "B"):
         raise ValueError(f"merge_script co-iterates two operands A and B, got {lat.operands}")
     env = {"A": "a_data[pa[0]]", "B": "b_data[pb[0]]", **{s: s for s in scalars}}
@@ -120,14 +126,46 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
                 pc[0] = C_start[vi]
 {loop}                C_count[vi] = pc[0] - C_start[vi]
 """
+    if packed:
+        source = _packed(source, loop)
     source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
     source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
     return _HEADER + _typed(source, idtype, dtype)
 
 
+def _packed(source: str, loop: str) -> str:
+    """`merge_script`'s chunk loop with the rows of a chunk written one after the other: the write
+    position `pc` lives in the chunk (block `merge0`), each row (block `merge1`) starts where the
+    previous one ended."""
+    head = source[: source.index("    for part in T.serial(parts):")]
+    inner = "".join("    " + line + "\n" for line in loop.rstrip("\n").split("\n"))
+    return (
+        head
+        + """    for part in T.serial(parts):
+        with T.block("merge0"):
+            vp = T.axis.spatial(parts, part)
+            pc = T.alloc_buffer((1,), "IDX", scope="local")
+            pc[0] = C_start[Bounds[vp]]
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("merge1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    pa = T.alloc_buffer((1,), "IDX", scope="local")
+                    pb = T.alloc_buffer((1,), "IDX", scope="local")
+                    pa[0] = A_indptr[vi]
+                    pb[0] = B_indptr[vi]
+                    row: T.IDX = pc[0]
+"""
+        + inner
+        + """                    C_count[vi] = pc[0] - row
+"""
+    )
+
+
 def _branchy_merge(emit, both, only_a, only_b, body: str) -> str:
     """The two-pointer merge with a branch per step (any lattice), then the rest of each row."""
-    loop = f"""                while pa[0] < A_indptr[vi + 1] and pb[0] < B_indptr[vi + 1]:
+    loop = f"""                ea: T.IDX = A_indptr[vi + 1]
+                eb: T.IDX = B_indptr[vi + 1]
+                while pa[0] < ea and pb[0] < eb:
                     ja: T.IDX = A_indices[pa[0]]
                     jb: T.IDX = B_indices[pb[0]]
                     if ja == jb:
@@ -139,11 +177,11 @@ def _branchy_merge(emit, both, only_a, only_b, body: str) -> str:
 {emit(only_b, "jb", body)}                        pb[0] = pb[0] + T.IDX(1)
 """
     if only_a is not None:
-        loop += f"""                while pa[0] < A_indptr[vi + 1]:
+        loop += f"""                while pa[0] < ea:
 {emit(only_a, "A_indices[pa[0]]", "                    ")}                    pa[0] = pa[0] + T.IDX(1)
 """
     if only_b is not None:
-        loop += f"""                while pb[0] < B_indptr[vi + 1]:
+        loop += f"""                while pb[0] < eb:
 {emit(only_b, "B_indices[pb[0]]", "                    ")}                    pb[0] = pb[0] + T.IDX(1)
 """
     return loop

@@ -87,7 +87,7 @@ def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str
         expression, scalars = EWISE[name[len("same_") :]]
         return kernels.same_level_script(lattice(expression), scalars, idtype, dtype)
     expression, scalars = EWISE[name]
-    return kernels.merge_script(lattice(expression), scalars, idtype, dtype)
+    return kernels.merge_script(lattice(expression), scalars, idtype, dtype, packed=True)
 
 
 #: The element-wise co-iterations: expression over A and B, and its scalar parameters.
@@ -510,14 +510,47 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
-    t_data, t_indices, counts = np.empty(room, dtype), np.empty(room, idtype), np.empty(m, idtype)
+    t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
+    # Each row's count written after a leading 0 and summed in place: the result's indptr.
+    indptr = np.empty(m + 1, idtype)
+    indptr[0] = 0
     kernel(op, **names)(
         a_data=A.data.astype(dtype, copy=False), a_indptr=A.indptr, a_indices=A.indices,
         b_data=B.data.astype(dtype, copy=False), b_indptr=B.indptr, b_indices=B.indices, c_data=t_data,
-        c_indices=t_indices, c_start=start, c_count=counts, bounds=bounds, m=m, parts=len(bounds) - 1,
+        c_indices=t_indices, c_start=start, c_count=indptr[1:], bounds=bounds, m=m, parts=len(bounds) - 1,
         nnz_a=A.nnz, nnz_b=B.nnz, nnz_c=room, check_structure=False, **thread_args, **scalars,
     )  # fmt: skip
-    return _compacted(t_data, t_indices, start, counts, A.shape, cls, names, bounds, thread_args)
+    np.cumsum(indptr[1:], out=indptr[1:])
+    return _packed(t_data, t_indices, start[bounds].astype(np.int64), indptr, A.shape, cls, names, bounds, thread_args)
+
+
+def _packed(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds, thread_args: dict):
+    """The result from chunks of rows written one after the other (chunk `p`, rows `bounds[p]`
+    to `bounds[p + 1]`, from `t_start[p]`; `indptr` the result's): on the CPU the chunks after
+    the first move down to their `indptr` positions in the same arrays, in order on one thread
+    (a chunk's target never reaches past its own start, nor the next chunk's), which then shrink
+    to the result's size (`ndarray.resize`, in place): moving in place touches no new memory,
+    and only the chunks after the first move. On CUDA, `compact_chunks` copies every chunk into
+    new arrays (a kernel's arguments are copied to the device one by one: the same host array
+    passed twice would come back twice)."""
+    nnz = int(indptr[-1])
+    parts = len(bounds) - 1
+    sizes = {"m": shape[0], "nnz_t": len(t_indices), "nnz_c": nnz, "check_structure": False}
+    if names["target"] != "cpu":
+        data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, t_indices.dtype)
+        kernel("compact_chunks", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=t_start, c_data=data, c_indices=indices, c_indptr=indptr,
+            bounds=bounds, parts=parts, **sizes, **thread_args,
+        )  # fmt: skip
+        return _csr((data, indices, indptr), shape, cls)
+    if parts > 1 and np.any(t_start[1:-1] != indptr[bounds[1:-1]]):
+        kernel("compact_chunks", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=t_start[1:], c_data=t_data[:nnz], c_indices=t_indices[:nnz],
+            c_indptr=indptr, bounds=bounds[1:], parts=parts - 1, **sizes, threads=1,
+        )  # fmt: skip
+    t_data.resize(nnz, refcheck=False)
+    t_indices.resize(nnz, refcheck=False)
+    return _csr((t_data, t_indices, indptr), shape, cls)
 
 
 def _same_level(A, B) -> bool:
