@@ -309,8 +309,9 @@ _SCRATCH: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def release_scratch() -> None:
-    """Free the scratch buffers that the one-pass SpGEMM keeps between calls."""
+    """Free the scratch buffers that the one-pass SpGEMM and the merges keep between calls."""
     _SCRATCH.clear()
+    _ROWS.clear()
 
 
 def _scratch(size: int, idtype: np.dtype, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -496,18 +497,24 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     m = A.shape[0]
     if _same_level(A, B):
         return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls)
-    # A row's work is the entries the merge walks; it may write at most |A_i| + |B_i| entries
-    # (union) or min(|A_i|, |B_i|) (intersection).
-    work = A.indptr.astype(np.int64) + B.indptr
-    if op == "add":
-        start = work
-    else:
-        start = prefix(np.minimum(np.diff(A.indptr), np.diff(B.indptr)))
-    if start[-1] > _INT32_MAX and idtype == np.int32:
+    if op == "add" and A.nnz + B.nnz > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
-    start = start.astype(idtype)
+    # A row's work is the entries the merge walks (the prefix |A|_i + |B|_i, which is also where
+    # a union's row may start writing: it writes at most |A_i| + |B_i| entries); an intersection
+    # writes at most min(|A_i|, |B_i|). Summed into kept arrays in the index dtype (the sums
+    # fit it): fresh ones would be faulted in page by page.
+    kept = _take_rows("ewise0", m + 1, idtype), _take_rows("ewise1", m + 1, idtype)
+    work = np.add(A.indptr, B.indptr, out=kept[0][: m + 1])
     thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
+    start = work
+    if op == "multiply":
+        start = kept[1][: m + 1]
+        start[0] = 0
+        np.subtract(A.indptr[1:], A.indptr[:-1], out=start[1:])
+        np.subtract(B.indptr[1:], B.indptr[:-1], out=work[1:])  # the work is read: its room reused
+        np.minimum(start[1:], work[1:], out=start[1:])
+        np.cumsum(start[1:], out=start[1:])
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
     t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
@@ -521,7 +528,9 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
         nnz_a=A.nnz, nnz_b=B.nnz, nnz_c=room, check_structure=False, **thread_args, **scalars,
     )  # fmt: skip
     np.cumsum(indptr[1:], out=indptr[1:])
-    return _packed(t_data, t_indices, start[bounds].astype(np.int64), indptr, A.shape, cls, names, bounds, thread_args)
+    t_start = start[bounds].astype(np.int64)
+    _keep_rows("ewise", *kept)
+    return _packed(t_data, t_indices, t_start, indptr, A.shape, cls, names, bounds, thread_args)
 
 
 def _packed(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds, thread_args: dict):
@@ -558,6 +567,11 @@ def _same_level(A, B) -> bool:
     if A.indptr is B.indptr and A.indices is B.indices:
         return True
     if A.nnz != B.nnz:
+        return False
+    # A sample of the rows first: two different structures mostly differ there, at no cost of
+    # the comparison's own arrays of the rows' length.
+    rows, entries = slice(None, None, max(1, len(A.indptr) // 64)), slice(None, None, max(1, A.nnz // 64))
+    if not (np.array_equal(A.indptr[rows], B.indptr[rows]) and np.array_equal(A.indices[entries], B.indices[entries])):
         return False
     return np.array_equal(A.indptr, B.indptr) and np.array_equal(A.indices, B.indices)
 
