@@ -260,13 +260,17 @@ def spgemm(
     if mask is not None:
         M = mats[2]
         t_data, t_indices = np.empty(M.nnz, dtype), np.empty(M.nnz, idtype)
-        counts = np.empty(m, idtype)
+        # Each row's count written after a leading 0 and summed in place (the counts sum to at
+        # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
+        indptr = np.empty(m + 1, idtype)
+        indptr[0] = 0
         kernel("masked", **names)(
             **operands, **values, **sizes, m_indptr=M.indptr, m_indices=M.indices, nnz_m=M.nnz, c_data=t_data,
-            c_indices=t_indices, c_count=counts, bounds=bounds, check_structure=False, **thread_args,
+            c_indices=t_indices, c_count=indptr[1:], bounds=bounds, check_structure=False, **thread_args,
             **_workspaces(schedule, sizes["parts"], n, dtype, True),
         )  # fmt: skip
-        return _compacted(t_data, t_indices, M.indptr, counts, shape, cls, names, bounds, thread_args)
+        np.cumsum(indptr[1:], out=indptr[1:])
+        return _compacted(t_data, t_indices, M.indptr, indptr, shape, cls, names, bounds, thread_args)
     counts = np.empty(m, idtype)
     # A hash table twice the widest row: at most the row's multiply-adds, at most n.
     hsize = {"hsize": table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
@@ -419,15 +423,14 @@ def _irregular(A) -> bool:
     return len(lengths) > 0 and int(lengths.max()) > 8 * max(1.0, A.nnz / len(lengths))
 
 
-def _compacted(t_data, t_indices, t_start, counts, shape, cls, names: dict, bounds, thread_args: dict):
-    """The result from rows written at `t_start[i]` (`counts[i]` entries each): the same arrays
+def _compacted(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds, thread_args: dict):
+    """The result from rows written at `t_start[i]` (`indptr` the result's): the same arrays
     when every row filled its room, else the rows moved down to their canonical positions in
     the same arrays by `compact` (one chunk, rows in order: a row's target never reaches past
     its own room, so no row is overwritten before it moves) and the arrays shrunk to the
     result's size (`ndarray.resize`, in place). Moving in place touches no new memory: here a
     fresh array costs more to fault in, page by page, than the copy itself."""
     idtype = t_indices.dtype
-    indptr = prefix(counts).astype(idtype, copy=False)
     nnz = int(indptr[-1])
     if nnz != len(t_indices) and names["target"] != "cpu":
         # A CUDA kernel's arguments are copied to the device one by one: the same host array
