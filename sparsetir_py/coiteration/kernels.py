@@ -11,7 +11,9 @@ once per chunk, so no two threads share one and no row waits on an atomic.
 * `merge_script(expr)`: the element-wise co-iteration of two CSR operands, generated from the
   expression's iteration lattice (`sparsetir_py.arith.lattice`): a two-pointer merge per row that writes the
   visited points' coordinates and values into a bounded buffer (`c_start[i]` is where row `i`
-  may start writing, `c_count[i]` receives how many it wrote).
+  may start writing, `c_count[i]` receives how many it wrote); with `packed=True` (what
+  `sp.ops.add` / `multiply` run) a chunk's rows are written one after the other from
+  `c_start[bounds[part]]`, so that only the chunks after the first move afterwards.
 * `merge_many_script(expr, k)`: the same for `k` operands `X0 ... X{k-1}` (three or more; a
   user's script `C[i, j] = A[i, j] + B[i, j] + D[i, j]` with an assembled `C`): an intersection
   lattice leapfrogs (the pointers behind the greatest head catch up; every head equal: a point),
@@ -32,8 +34,9 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   widest row, with the row's used slots listed so that clearing costs the row's size: for very
   wide matrices, where a dense workspace of `n` columns per chunk is too large.
 * `spgemm_work_script()`, `spgemm_fused_script()`, `compact_chunks_script()`: the one-pass
-  SpGEMM of the CPU: each row's work and bound on its entries (`min(work, n)`); then per chunk,
-  rows accumulated in a dense workspace and written one after the other into room for their
+  SpGEMM of the CPU: each row's work and bound on its entries (`min(work, n + 1)`); then per
+  chunk, rows accumulated in a dense workspace (rows of more than `BRANCHLESS_MIN` multiply-adds
+  with no branch on whether a column is new) and written one after the other into room for their
   bounds, each ordered by what costs least for its count and span (a scan of the workspace,
   insertion sort up to `RADIX_MIN` entries, else two counting-sort passes by the digits of
   `j - lo` in base ceil(sqrt(span))), the row's count recorded; then the chunks copied to their
@@ -522,8 +525,9 @@ def spgemm_work(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, c_w
 
 def spgemm_work_script(idtype: str = "int32", dtype: str = "float32") -> str:
     """Each row's work in `A @ B` (its multiply-adds: the lengths of the rows of B it selects)
-    and its room (at most that many entries, at most `n`): what balances and bounds the
-    one-pass product (`spgemm_fused_script`)."""
+    and its room (at most that many entries, at most `n + 1`: a row without branches writes each
+    product's column one past its last entry before it knows whether the column is new): what
+    balances and bounds the one-pass product (`spgemm_fused_script`)."""
     return _HEADER + _typed(SPGEMM_WORK, idtype, dtype)
 
 

@@ -30,11 +30,15 @@ cap, since waking the thread pool costs more than it saves. `schedule=` names a 
 
 On the CPU with dense workspaces `spgemm` runs in one pass (`kernels.spgemm_fused_script`: no
 symbolic pass; each row accumulated, ordered by a scan of the workspace, insertion sort or a
-counting sort, and written into room for its bound), where that room (`min(work, n)` entries
-per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric passes.
-Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`; `_SCRATCH`
-holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would be faulted
-in page by page every call.
+counting sort, and written into room for its bound), where that room (`min(work, n + 1)`
+entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric
+passes. Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`;
+`_SCRATCH` holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would
+be faulted in page by page every call. The host's per-row arrays (work, room, their prefix sums)
+are kept the same way (`_ROWS`), and the result's `indptr` is summed in place from the counts the
+kernel writes into it. `add` and `multiply` write each chunk's rows one after the other into room
+for their bound (`|A_i| + |B_i|`, or the lesser for an intersection); the chunks after the first
+then move down in place (`_packed`).
 """
 
 from __future__ import annotations
@@ -300,7 +304,7 @@ def spgemm(
     return _csr((data, indices, indptr), shape, cls)
 
 
-#: The one-pass SpGEMM writes rows into room for their bound (min(work, n) entries each), of which
+#: The one-pass SpGEMM writes rows into room for their bound (min(work, n + 1) entries each), of which
 #: only the pages written are ever backed by memory; past this many bytes of room (virtual), the
 #: product runs the symbolic pass first instead and allocates its exact size.
 FUSED_ROOM_BYTES = 1 << 34
