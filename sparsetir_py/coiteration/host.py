@@ -11,6 +11,8 @@ output (`coiteration.assemble`).
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from ..errors import InputError
@@ -30,19 +32,25 @@ MASKED_ROWS = (int(np.iinfo(np.int32).max) - 3) // 2
 
 def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
     """Row boundaries of `parts` chunks of equal weight (row `i` weighs `weight_prefix[i + 1] -
-    weight_prefix[i]` plus one, so that empty rows are spread too): int32, `parts + 1` entries."""
+    weight_prefix[i]` plus one, so that empty rows are spread too): int32, `parts + 1` entries.
+
+    A binary search per boundary over `weight_prefix[i] + i`, read where the search looks: no
+    array of the rows' length is made (a new one is faulted in page by page, which here costs
+    more than the search)."""
     m = len(weight_prefix) - 1
     parts = max(1, min(parts, m))
-    cumulative = weight_prefix.astype(np.int64) + np.arange(m + 1, dtype=np.int64)
-    goals = cumulative[-1] * np.arange(parts + 1, dtype=np.int64) // parts
-    # The row boundary nearest to each goal, so that a heavy row across a goal ends its chunk
-    # or starts the next instead of dragging its neighbours along.
-    after = np.minimum(np.searchsorted(cumulative, goals, side="left"), m)
-    before = np.maximum(after - 1, 0)
-    nearer = goals - cumulative[before] < cumulative[after] - goals
-    bounds = np.maximum.accumulate(np.where(nearer, before, after)).astype(np.int32)
-    bounds[0], bounds[-1] = 0, m
-    return bounds
+    cumulative = lambda i: int(weight_prefix[i]) + i  # noqa: E731
+    total = cumulative(m)
+    bounds = np.zeros(parts + 1, np.int32)
+    for p in range(1, parts):
+        goal = total * p // parts
+        # The row boundary nearest to the goal, so that a heavy row across it ends its chunk or
+        # starts the next instead of dragging its neighbours along.
+        after = min(bisect.bisect_left(range(m + 1), goal, key=cumulative), m)
+        before = max(after - 1, 0)
+        bounds[p] = before if goal - cumulative(before) < cumulative(after) - goal else after
+    bounds[-1] = m
+    return np.maximum.accumulate(bounds)
 
 
 def prefix(counts: np.ndarray) -> np.ndarray:

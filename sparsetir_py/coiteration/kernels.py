@@ -11,7 +11,9 @@ once per chunk, so no two threads share one and no row waits on an atomic.
 * `merge_script(expr)`: the element-wise co-iteration of two CSR operands, generated from the
   expression's iteration lattice (`sparsetir_py.arith.lattice`): a two-pointer merge per row that writes the
   visited points' coordinates and values into a bounded buffer (`c_start[i]` is where row `i`
-  may start writing, `c_count[i]` receives how many it wrote).
+  may start writing, `c_count[i]` receives how many it wrote); with `packed=True` (what
+  `sp.ops.add` / `multiply` run) a chunk's rows are written one after the other from
+  `c_start[bounds[part]]`, so that only the chunks after the first move afterwards.
 * `merge_many_script(expr, k)`: the same for `k` operands `X0 ... X{k-1}` (three or more; a
   user's script `C[i, j] = A[i, j] + B[i, j] + D[i, j]` with an assembled `C`): an intersection
   lattice leapfrogs (the pointers behind the greatest head catch up; every head equal: a point),
@@ -32,8 +34,9 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   widest row, with the row's used slots listed so that clearing costs the row's size: for very
   wide matrices, where a dense workspace of `n` columns per chunk is too large.
 * `spgemm_work_script()`, `spgemm_fused_script()`, `compact_chunks_script()`: the one-pass
-  SpGEMM of the CPU: each row's work and bound on its entries (`min(work, n)`); then per chunk,
-  rows accumulated in a dense workspace and written one after the other into room for their
+  SpGEMM of the CPU: each row's work and bound on its entries (`min(work, n + 1)`); then per
+  chunk, rows accumulated in a dense workspace (rows of more than `BRANCHLESS_MIN` multiply-adds
+  with no branch on whether a column is new) and written one after the other into room for their
   bounds, each ordered by what costs least for its count and span (a scan of the workspace,
   insertion sort up to `RADIX_MIN` entries, else two counting-sort passes by the digits of
   `j - lo` in base ceil(sqrt(span))), the row's count recorded; then the chunks copied to their
@@ -45,6 +48,8 @@ once per chunk, so no two threads share one and no row waits on an atomic.
 """
 
 from __future__ import annotations
+
+import math
 
 from ..arith.lattice import Lattice, render
 
@@ -67,8 +72,14 @@ def _typed(source: str, idtype: str, dtype: str) -> str:
 
 
 # ------------------------------------------------------------------ element-wise merge
-def merge_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32") -> str:
-    """The two-operand merge loop of `lat` (operands `A` and `B`, scalar parameters `scalars`)."""
+def merge_script(
+    lat: Lattice, scalars: tuple[str, ...], idtype: str = "int32", dtype: str = "float32", packed: bool = False
+) -> str:
+    """The two-operand merge loop of `lat` (operands `A` and `B`, scalar parameters `scalars`).
+
+    With `packed`, chunk `part` writes its rows one after the other from `c_start[bounds[part]]`
+    instead of each row at `c_start[i]`: only the gaps between chunks are left to close (a move of
+    the chunks after the first, `compact_chunks_script`), not one between every two rows."""
     if lat.operands != ("A", "B"):
         raise ValueError(f"merge_script co-iterates two operands A and B, got {lat.operands}")
     env = {"A": "a_data[pa[0]]", "B": "b_data[pb[0]]", **{s: s for s in scalars}}
@@ -120,14 +131,46 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
                 pc[0] = C_start[vi]
 {loop}                C_count[vi] = pc[0] - C_start[vi]
 """
+    if packed:
+        source = _packed(source, loop)
     source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
     source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
     return _HEADER + _typed(source, idtype, dtype)
 
 
+def _packed(source: str, loop: str) -> str:
+    """`merge_script`'s chunk loop with the rows of a chunk written one after the other: the write
+    position `pc` lives in the chunk (block `merge0`), each row (block `merge1`) starts where the
+    previous one ended."""
+    head = source[: source.index("    for part in T.serial(parts):")]
+    inner = "".join("    " + line + "\n" for line in loop.rstrip("\n").split("\n"))
+    return (
+        head
+        + """    for part in T.serial(parts):
+        with T.block("merge0"):
+            vp = T.axis.spatial(parts, part)
+            pc = T.alloc_buffer((1,), "IDX", scope="local")
+            pc[0] = C_start[Bounds[vp]]
+            for r in T.serial(Bounds[vp + 1] - Bounds[vp]):
+                with T.block("merge1"):
+                    vi = T.axis.spatial(m, Bounds[vp] + r)
+                    pa = T.alloc_buffer((1,), "IDX", scope="local")
+                    pb = T.alloc_buffer((1,), "IDX", scope="local")
+                    pa[0] = A_indptr[vi]
+                    pb[0] = B_indptr[vi]
+                    row: T.IDX = pc[0]
+"""
+        + inner
+        + """                    C_count[vi] = pc[0] - row
+"""
+    )
+
+
 def _branchy_merge(emit, both, only_a, only_b, body: str) -> str:
     """The two-pointer merge with a branch per step (any lattice), then the rest of each row."""
-    loop = f"""                while pa[0] < A_indptr[vi + 1] and pb[0] < B_indptr[vi + 1]:
+    loop = f"""                ea: T.IDX = A_indptr[vi + 1]
+                eb: T.IDX = B_indptr[vi + 1]
+                while pa[0] < ea and pb[0] < eb:
                     ja: T.IDX = A_indices[pa[0]]
                     jb: T.IDX = B_indices[pb[0]]
                     if ja == jb:
@@ -139,11 +182,11 @@ def _branchy_merge(emit, both, only_a, only_b, body: str) -> str:
 {emit(only_b, "jb", body)}                        pb[0] = pb[0] + T.IDX(1)
 """
     if only_a is not None:
-        loop += f"""                while pa[0] < A_indptr[vi + 1]:
+        loop += f"""                while pa[0] < ea:
 {emit(only_a, "A_indices[pa[0]]", "                    ")}                    pa[0] = pa[0] + T.IDX(1)
 """
     if only_b is not None:
-        loop += f"""                while pb[0] < B_indptr[vi + 1]:
+        loop += f"""                while pb[0] < eb:
 {emit(only_b, "B_indices[pb[0]]", "                    ")}                    pb[0] = pb[0] + T.IDX(1)
 """
     return loop
@@ -400,14 +443,17 @@ ACCUMULATE_ROW = """                    for p in T.serial(A_indptr[vi + 1] - A_i
 
 def _accumulate_row(source: str) -> str:
     """`source` with each `ACCUMULATE_ROW(OUT, TOP)` line replaced by `ACCUMULATE_ROW`'s loop:
-    indices appended to `OUT`, the counter `top` of dtype `TOP`."""
+    indices appended to `OUT`, the counter `top` of dtype `TOP`; spaces before the marker indent
+    the loop further."""
     lines = []
     for line in source.split("\n"):
-        if line.startswith("ACCUMULATE_ROW("):
-            out, top = line[len("ACCUMULATE_ROW(") : -1].split(", ")
-            lines.append(ACCUMULATE_ROW.replace("OUT[", f"{out}[").replace("T.TOP(", f"T.{top}(").rstrip("\n"))
-        else:
+        if not line.lstrip().startswith("ACCUMULATE_ROW("):
             lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        out, top = line.strip()[len("ACCUMULATE_ROW(") : -1].split(", ")
+        loop = ACCUMULATE_ROW.replace("OUT[", f"{out}[").replace("T.TOP(", f"T.{top}(").rstrip("\n")
+        lines.extend(indent + row for row in loop.split("\n"))
     return "\n".join(lines)
 
 
@@ -473,14 +519,15 @@ def spgemm_work(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, c_w
                     kk: T.IDX = A_indices[A_indptr[vi] + p]
                     work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
                 C_work[vi] = work[0]
-                C_room[vi] = T.min(work[0], T.int64(n))
+                C_room[vi] = T.min(work[0], T.int64(n) + T.int64(1))
 """
 
 
 def spgemm_work_script(idtype: str = "int32", dtype: str = "float32") -> str:
     """Each row's work in `A @ B` (its multiply-adds: the lengths of the rows of B it selects)
-    and its room (at most that many entries, at most `n`): what balances and bounds the
-    one-pass product (`spgemm_fused_script`)."""
+    and its room (at most that many entries, at most `n + 1`: a row without branches writes each
+    product's column one past its last entry before it knows whether the column is new): what
+    balances and bounds the one-pass product (`spgemm_fused_script`)."""
     return _HEADER + _typed(SPGEMM_WORK, idtype, dtype)
 
 
@@ -488,14 +535,15 @@ SPGEMM_FUSED = """
 @T.prim_func
 def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
                  b_indptr: T.handle, b_indices: T.handle, t_data: T.handle, t_indices: T.handle,
-                 t_start: T.handle, c_count: T.handle, bounds: T.handle, m: T.int32, k: T.int32, n: T.int32,
-                 parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
+                 t_start: T.handle, c_count: T.handle, w_prefix: T.handle, bounds: T.handle, m: T.int32, k: T.int32,
+                 n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
     T.func_attr({"stage": 2})
 SPGEMM_OPERANDS
     T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
     T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
     T_start = T.match_buffer(t_start, (parts + 1,), "int64")
     C_count = T.match_buffer(c_count, (m,), "IDX")
+    W_prefix = T.match_buffer(w_prefix, (m + 1,), "int64")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
     for part in T.serial(parts):
         with T.block("spgemm_fused0"):
@@ -515,16 +563,40 @@ SPGEMM_OPERANDS
                     start[0] = top[0]
                     lo[0] = T.IDX(n)
                     hi[0] = T.IDX(0)
-ACCUMULATE_ROW(T_indices, int64)
+                    if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                        for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                            kk: T.IDX = A_indices[A_indptr[vi] + p]
+                            a: T.VAL = A_data[A_indptr[vi] + p]
+                            for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                                # No branch on whether column j is new (on long rows it mispredicts about
+                                # every other product): its index is written at the row's end either way,
+                                # and the end moves on only where it is new.
+                                j: T.IDX = B_indices[B_indptr[kk] + q]
+                                new: T.int64 = T.int64(mark[j] != vi + 1)
+                                mark[j] = vi + 1
+                                acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+                                T_indices[top[0]] = j
+                                top[0] = top[0] + new
+                                lo[0] = T.min(lo[0], j)
+                                hi[0] = T.max(hi[0], j + T.IDX(1))
+                    else:
+    ACCUMULATE_ROW(T_indices, int64)
                     count: T.float64 = T.float64(top[0] - start[0])
-                    sort: T.float64 = count * T.log2(count + T.float64(1)) * T.float64(SORT_COST)
-                    scan: T.float64 = T.if_then_else(count > T.float64(RADIX_MIN), SCAN_PER_ENTRY * count, sort)
-                    if T.float64(hi[0] - lo[0]) < scan:
+                    span: T.float64 = T.float64(hi[0] - lo[0])
+                    # A scan of the workspace where it costs less than ordering the entries. The first
+                    # test is implied by the second: most rows are decided without the logarithm (on a
+                    # mesh it cost a tenth of the row).
+                    if span < SCAN_BOUND * count and span < T.if_then_else(
+                        count > T.float64(RADIX_MIN),
+                        SCAN_PER_ENTRY * count,
+                        count * T.log2(count + T.float64(1)) * T.float64(SORT_COST),
+                    ):
                         top[0] = start[0]
                         for j in T.serial(hi[0] - lo[0]):
                             if mark[lo[0] + j] == vi + 1:
                                 T_indices[top[0]] = lo[0] + j
                                 T_data[top[0]] = acc[lo[0] + j]
+                                acc[lo[0] + j] = T.VAL(0)
                                 top[0] = top[0] + T.int64(1)
                     elif count > T.float64(RADIX_MIN):
                         # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
@@ -551,11 +623,13 @@ ACCUMULATE_ROW(T_indices, int64)
                             high: T.IDX = (jt - lo[0]) // d
                             T_indices[start[0] + T.int64(cnt[high])] = jt
                             T_data[start[0] + T.int64(cnt[high])] = acc[jt]
+                            acc[jt] = T.VAL(0)
                             cnt[high] += 1
                     else:
                         T.sort_range(T_indices, start[0], top[0])
                         for t in T.serial(top[0] - start[0]):
                             T_data[start[0] + t] = acc[T_indices[start[0] + t]]
+                            acc[T_indices[start[0] + t]] = T.VAL(0)
                     C_count[vi] = T.IDX(top[0] - start[0])
 """
 
@@ -567,6 +641,11 @@ RADIX_MIN = 32
 #: entry: a scan step costs a fraction of a counting-sort step (measured: scanning wins on
 #: polblogs' rows, 4-30 columns per entry, and loses on R-MAT's, 40 and more).
 SCAN_PER_ENTRY = 16
+#: Rows of more multiply-adds than this accumulate with no branch on whether a column is new
+#: (every product adds into the workspace, which such rows clear afterwards): on long rows that
+#: branch mispredicts about every other product (measured on R-MAT: 1.1-1.4x the branchy loop's
+#: speed); short rows (a mesh's, 25) predict it well enough and skip the clearing.
+BRANCHLESS_MIN = 32
 
 
 def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
@@ -575,6 +654,9 @@ def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     into `c_count`; the operator then moves the chunks to their `indptr` positions."""
     source = _typed(_accumulate_row(SPGEMM_FUSED), idtype, dtype).replace("SORT_COST", str(SORT_COST))
     source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
+    source = source.replace("BRANCHLESS_MIN", str(BRANCHLESS_MIN))
+    bound = max(SCAN_PER_ENTRY, math.log2(RADIX_MIN + 1) * SORT_COST) + 1
+    source = source.replace("SCAN_BOUND", f"T.float64({math.ceil(bound)})")
     return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
 
 

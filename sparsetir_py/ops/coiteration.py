@@ -30,11 +30,15 @@ cap, since waking the thread pool costs more than it saves. `schedule=` names a 
 
 On the CPU with dense workspaces `spgemm` runs in one pass (`kernels.spgemm_fused_script`: no
 symbolic pass; each row accumulated, ordered by a scan of the workspace, insertion sort or a
-counting sort, and written into room for its bound), where that room (`min(work, n)` entries
-per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric passes.
-Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`; `_SCRATCH`
-holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would be faulted
-in page by page every call.
+counting sort, and written into room for its bound), where that room (`min(work, n + 1)`
+entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric
+passes. Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`;
+`_SCRATCH` holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would
+be faulted in page by page every call. The host's per-row arrays (work, room, their prefix sums)
+are kept the same way (`_ROWS`), and the result's `indptr` is summed in place from the counts the
+kernel writes into it. `add` and `multiply` write each chunk's rows one after the other into room
+for their bound (`|A_i| + |B_i|`, or the lesser for an intersection); the chunks after the first
+then move down in place (`_packed`).
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str
         expression, scalars = EWISE[name[len("same_") :]]
         return kernels.same_level_script(lattice(expression), scalars, idtype, dtype)
     expression, scalars = EWISE[name]
-    return kernels.merge_script(lattice(expression), scalars, idtype, dtype)
+    return kernels.merge_script(lattice(expression), scalars, idtype, dtype, packed=True)
 
 
 #: The element-wise co-iterations: expression over A and B, and its scalar parameters.
@@ -260,13 +264,17 @@ def spgemm(
     if mask is not None:
         M = mats[2]
         t_data, t_indices = np.empty(M.nnz, dtype), np.empty(M.nnz, idtype)
-        counts = np.empty(m, idtype)
+        # Each row's count written after a leading 0 and summed in place (the counts sum to at
+        # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
+        indptr = np.empty(m + 1, idtype)
+        indptr[0] = 0
         kernel("masked", **names)(
             **operands, **values, **sizes, m_indptr=M.indptr, m_indices=M.indices, nnz_m=M.nnz, c_data=t_data,
-            c_indices=t_indices, c_count=counts, bounds=bounds, check_structure=False, **thread_args,
+            c_indices=t_indices, c_count=indptr[1:], bounds=bounds, check_structure=False, **thread_args,
             **_workspaces(schedule, sizes["parts"], n, dtype, True),
         )  # fmt: skip
-        return _compacted(t_data, t_indices, M.indptr, counts, shape, cls, names, bounds, thread_args)
+        np.cumsum(indptr[1:], out=indptr[1:])
+        return _compacted(t_data, t_indices, M.indptr, indptr, shape, cls, names, bounds, thread_args)
     counts = np.empty(m, idtype)
     # A hash table twice the widest row: at most the row's multiply-adds, at most n.
     hsize = {"hsize": table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
@@ -296,7 +304,7 @@ def spgemm(
     return _csr((data, indices, indptr), shape, cls)
 
 
-#: The one-pass SpGEMM writes rows into room for their bound (min(work, n) entries each), of which
+#: The one-pass SpGEMM writes rows into room for their bound (min(work, n + 1) entries each), of which
 #: only the pages written are ever backed by memory; past this many bytes of room (virtual), the
 #: product runs the symbolic pass first instead and allocates its exact size.
 FUSED_ROOM_BYTES = 1 << 34
@@ -309,8 +317,9 @@ _SCRATCH: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def release_scratch() -> None:
-    """Free the scratch buffers that the one-pass SpGEMM keeps between calls."""
+    """Free the scratch buffers that the one-pass SpGEMM and the merges keep between calls."""
     _SCRATCH.clear()
+    _ROWS.clear()
 
 
 def _scratch(size: int, idtype: np.dtype, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -328,6 +337,27 @@ def _keep_scratch(arrays: tuple[np.ndarray, np.ndarray]) -> None:
         _SCRATCH[(arrays[1].dtype.name, arrays[0].dtype.name)] = arrays
 
 
+#: Per-row arrays of the host steps (each row's work and room, their prefix sums, its count),
+#: kept between calls as the scratch buffer is: on a mesh of 160,000 rows, faulting in the fresh
+#: ones cost about as much as a tenth of the product.
+_ROWS: dict[tuple[str, str], np.ndarray] = {}
+
+
+def _take_rows(name: str, size: int, dtype) -> np.ndarray:
+    """A kept array of at least `size` entries of `dtype` for `name` (taken out while in use, so
+    that concurrent calls never share it), else a new one; `_keep_rows` gives it back."""
+    kept = _ROWS.pop((name, np.dtype(dtype).name), None)
+    if kept is not None and len(kept) >= size:
+        return kept
+    return np.empty(size, dtype)
+
+
+def _keep_rows(name: str, *arrays: np.ndarray) -> None:
+    for i, arr in enumerate(arrays):
+        if arr.nbytes <= SCRATCH_BYTES:
+            _ROWS[(f"{name}{i}", arr.dtype.name)] = arr
+
+
 def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
     """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
     writes its rows one after the other from `t_start[p]`, room for its rows' bounds. One
@@ -341,14 +371,19 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
     estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
-    work, room = np.empty(m, np.int64), np.empty(m, np.int64)
+    # Each row's work and room written after a leading 0, then summed in place: their prefix sums.
+    kept = _take_rows("spgemm0", m + 1, np.int64), _take_rows("spgemm1", m + 1, np.int64)
+    work, room = kept[0][: m + 1], kept[1][: m + 1]
     kernel("work", **names)(
-        **structure, c_work=work, c_room=room, bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1, nnz_a=A.nnz,
-        check_structure=False, **estimate,
+        **structure, c_work=work[1:], c_room=room[1:], bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1,
+        nnz_a=A.nnz, check_structure=False, **estimate,
     )  # fmt: skip
-    work, room = prefix(work), prefix(room)
+    work[0] = room[0] = 0
+    np.cumsum(work[1:], out=work[1:])
+    np.cumsum(room[1:], out=room[1:])
     nnz_t = int(room[-1])
     if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
+        _keep_rows("spgemm", *kept)
         return None
     thread_args = _threads(threads, "cpu", int(work[-1]))
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
@@ -358,13 +393,18 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
         t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
     else:
         t_data, t_indices = _scratch(nnz_t, idtype, dtype)
-    counts = np.empty(m, idtype)
+    # The result's indptr: each row's count written after a leading 0, summed in place (the
+    # counts sum to at most nnz_t, which fits the index dtype).
+    indptr = np.empty(m + 1, idtype)
+    indptr[0] = 0
     kernel("fused", **names)(
         **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
-        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=counts, bounds=bounds, m=m,
-        k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data), check_structure=False, **thread_args,
+        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=indptr[1:], w_prefix=work,
+        bounds=bounds, m=m, k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data),
+        check_structure=False, **thread_args,
     )  # fmt: skip
-    indptr = prefix(counts).astype(idtype, copy=False)
+    _keep_rows("spgemm", *kept)
+    np.cumsum(indptr[1:], out=indptr[1:])
     nnz = int(indptr[-1])
     if parts == 1:
         t_data.resize(nnz, refcheck=False)
@@ -387,15 +427,14 @@ def _irregular(A) -> bool:
     return len(lengths) > 0 and int(lengths.max()) > 8 * max(1.0, A.nnz / len(lengths))
 
 
-def _compacted(t_data, t_indices, t_start, counts, shape, cls, names: dict, bounds, thread_args: dict):
-    """The result from rows written at `t_start[i]` (`counts[i]` entries each): the same arrays
+def _compacted(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds, thread_args: dict):
+    """The result from rows written at `t_start[i]` (`indptr` the result's): the same arrays
     when every row filled its room, else the rows moved down to their canonical positions in
     the same arrays by `compact` (one chunk, rows in order: a row's target never reaches past
     its own room, so no row is overwritten before it moves) and the arrays shrunk to the
     result's size (`ndarray.resize`, in place). Moving in place touches no new memory: here a
     fresh array costs more to fault in, page by page, than the copy itself."""
     idtype = t_indices.dtype
-    indptr = prefix(counts).astype(idtype, copy=False)
     nnz = int(indptr[-1])
     if nnz != len(t_indices) and names["target"] != "cpu":
         # A CUDA kernel's arguments are copied to the device one by one: the same host array
@@ -465,28 +504,69 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     m = A.shape[0]
     if _same_level(A, B):
         return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls)
-    # A row's work is the entries the merge walks; it may write at most |A_i| + |B_i| entries
-    # (union) or min(|A_i|, |B_i|) (intersection).
-    work = A.indptr.astype(np.int64) + B.indptr
-    if op == "add":
-        start = work
-    else:
-        start = prefix(np.minimum(np.diff(A.indptr), np.diff(B.indptr)))
-    if start[-1] > _INT32_MAX and idtype == np.int32:
+    if op == "add" and A.nnz + B.nnz > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
-    start = start.astype(idtype)
+    # A row's work is the entries the merge walks (the prefix |A|_i + |B|_i, which is also where
+    # a union's row may start writing: it writes at most |A_i| + |B_i| entries); an intersection
+    # writes at most min(|A_i|, |B_i|). Summed into kept arrays in the index dtype (the sums
+    # fit it): fresh ones would be faulted in page by page.
+    kept = _take_rows("ewise0", m + 1, idtype), _take_rows("ewise1", m + 1, idtype)
+    work = np.add(A.indptr, B.indptr, out=kept[0][: m + 1])
     thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
+    start = work
+    if op == "multiply":
+        start = kept[1][: m + 1]
+        start[0] = 0
+        np.subtract(A.indptr[1:], A.indptr[:-1], out=start[1:])
+        np.subtract(B.indptr[1:], B.indptr[:-1], out=work[1:])  # the work is read: its room reused
+        np.minimum(start[1:], work[1:], out=start[1:])
+        np.cumsum(start[1:], out=start[1:])
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
-    t_data, t_indices, counts = np.empty(room, dtype), np.empty(room, idtype), np.empty(m, idtype)
+    t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
+    # Each row's count written after a leading 0 and summed in place: the result's indptr.
+    indptr = np.empty(m + 1, idtype)
+    indptr[0] = 0
     kernel(op, **names)(
         a_data=A.data.astype(dtype, copy=False), a_indptr=A.indptr, a_indices=A.indices,
         b_data=B.data.astype(dtype, copy=False), b_indptr=B.indptr, b_indices=B.indices, c_data=t_data,
-        c_indices=t_indices, c_start=start, c_count=counts, bounds=bounds, m=m, parts=len(bounds) - 1,
+        c_indices=t_indices, c_start=start, c_count=indptr[1:], bounds=bounds, m=m, parts=len(bounds) - 1,
         nnz_a=A.nnz, nnz_b=B.nnz, nnz_c=room, check_structure=False, **thread_args, **scalars,
     )  # fmt: skip
-    return _compacted(t_data, t_indices, start, counts, A.shape, cls, names, bounds, thread_args)
+    np.cumsum(indptr[1:], out=indptr[1:])
+    t_start = start[bounds].astype(np.int64)
+    _keep_rows("ewise", *kept)
+    return _packed(t_data, t_indices, t_start, indptr, A.shape, cls, names, bounds, thread_args)
+
+
+def _packed(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds, thread_args: dict):
+    """The result from chunks of rows written one after the other (chunk `p`, rows `bounds[p]`
+    to `bounds[p + 1]`, from `t_start[p]`; `indptr` the result's): on the CPU the chunks after
+    the first move down to their `indptr` positions in the same arrays, in order on one thread
+    (a chunk's target never reaches past its own start, nor the next chunk's), which then shrink
+    to the result's size (`ndarray.resize`, in place): moving in place touches no new memory,
+    and only the chunks after the first move. On CUDA, `compact_chunks` copies every chunk into
+    new arrays (a kernel's arguments are copied to the device one by one: the same host array
+    passed twice would come back twice)."""
+    nnz = int(indptr[-1])
+    parts = len(bounds) - 1
+    sizes = {"m": shape[0], "nnz_t": len(t_indices), "nnz_c": nnz, "check_structure": False}
+    if names["target"] != "cpu":
+        data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, t_indices.dtype)
+        kernel("compact_chunks", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=t_start, c_data=data, c_indices=indices, c_indptr=indptr,
+            bounds=bounds, parts=parts, **sizes, **thread_args,
+        )  # fmt: skip
+        return _csr((data, indices, indptr), shape, cls)
+    if parts > 1 and np.any(t_start[1:-1] != indptr[bounds[1:-1]]):
+        kernel("compact_chunks", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=t_start[1:], c_data=t_data[:nnz], c_indices=t_indices[:nnz],
+            c_indptr=indptr, bounds=bounds[1:], parts=parts - 1, **sizes, threads=1,
+        )  # fmt: skip
+    t_data.resize(nnz, refcheck=False)
+    t_indices.resize(nnz, refcheck=False)
+    return _csr((t_data, t_indices, indptr), shape, cls)
 
 
 def _same_level(A, B) -> bool:
@@ -494,6 +574,11 @@ def _same_level(A, B) -> bool:
     if A.indptr is B.indptr and A.indices is B.indices:
         return True
     if A.nnz != B.nnz:
+        return False
+    # A sample of the rows first: two different structures mostly differ there, at no cost of
+    # the comparison's own arrays of the rows' length.
+    rows, entries = slice(None, None, max(1, len(A.indptr) // 64)), slice(None, None, max(1, A.nnz // 64))
+    if not (np.array_equal(A.indptr[rows], B.indptr[rows]) and np.array_equal(A.indices[entries], B.indices[entries])):
         return False
     return np.array_equal(A.indptr, B.indptr) and np.array_equal(A.indices, B.indices)
 

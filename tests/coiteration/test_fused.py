@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 from strategies import make_csr
-from test_operators import check_add, check_spgemm
+from test_operators import check_add, check_multiply, check_spgemm
 
 import sparsetir_py as sp
 from sparsetir_py.coiteration.host import prefix
@@ -59,7 +59,8 @@ def test_fused_kernels_match_the_interpreter():
     t_start = room[bounds]
     nnz_t = int(t_start[-1])
     fused_args = {**structure, "a_data": A.data, "b_data": B.data, "b_indices": B.indices, "t_start": t_start,
-                  "bounds": bounds, "parts": 2, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_t": nnz_t}  # fmt: skip
+                  "w_prefix": prefix(got["c_work"]), "bounds": bounds, "parts": 2, "nnz_a": A.nnz, "nnz_b": B.nnz,
+                  "nnz_t": nnz_t}  # fmt: skip
     outputs = {"t_data": np.zeros(nnz_t, np.float32), "t_indices": np.zeros(nnz_t, np.int64),
                "c_count": np.zeros(m, np.int64)}  # fmt: skip
     got = run_both("fused", names, fused_args, outputs)
@@ -139,3 +140,21 @@ def test_add_compacts_in_place():
     check_add(A, B, 1.5, -0.5)
     C = operators.add(A, B)
     assert C.data.base is None and C.indices.base is None
+
+
+@pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
+def test_packed_chunks_move_down_in_place(idtype, dtype, monkeypatch):
+    """`add` and `multiply` in two chunks write each chunk's rows one after the other: the second
+    chunk moves down over the room the first left (an overlapping move, in place), an empty
+    matrix and one row stay right, and the result owns its arrays."""
+    monkeypatch.setattr(operators, "EWISE_GRAIN", 0)
+    A = load_matrix("cora").astype(dtype)
+    A.indices, A.indptr = A.indices.astype(idtype), A.indptr.astype(idtype)
+    R = scipy.sparse.csr_matrix(A[::-1])
+    R.indices, R.indptr = R.indices.astype(idtype), R.indptr.astype(idtype)
+    for left, right in ((A, R), (A[:1], R[:1]), (A[:0], R[:0]), (A[:, :7], R[:, :7])):
+        left, right = scipy.sparse.csr_matrix(left), scipy.sparse.csr_matrix(right)
+        check_add(left, right, 2.0, -1.0, threads=2)
+        check_multiply(left, right, threads=2)
+    C = operators.add(A, R, threads=2)
+    assert C.indices.dtype == np.dtype(idtype) and C.data.base is None and C.indices.base is None
