@@ -504,7 +504,9 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     m = A.shape[0]
     if _same_level(A, B):
         return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls)
-    if op == "add" and A.nnz + B.nnz > _INT32_MAX and idtype == np.int32:
+    # The work prefix |A|_i + |B|_i is summed in the index dtype: where it outgrows int32, both
+    # operators widen (an intersection's room fits, but its rows are balanced by the work).
+    if A.nnz + B.nnz > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
     # A row's work is the entries the merge walks (the prefix |A|_i + |B|_i, which is also where
     # a union's row may start writing: it writes at most |A_i| + |B_i| entries); an intersection

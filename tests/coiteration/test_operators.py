@@ -290,6 +290,17 @@ def test_chunk_bounds_balance_work():
     assert list(operators.chunk_bounds(np.zeros(1, np.int64), 4)) == [0, 0]
 
 
+def test_merges_past_int32_widen_the_indices(monkeypatch):
+    """Where |A| + |B| outgrows int32 (the merges' work prefix is summed in the index dtype),
+    `add` and `multiply` of int32 operands both widen to int64 (here int32's bound lowered)."""
+    A, B = (scipy.sparse.random(40, 30, density=0.2, format="csr", random_state=s) for s in (1, 2))
+    assert A.indices.dtype == np.int32 and A.dtype == np.float64
+    monkeypatch.setattr(operators, "_INT32_MAX", (A.nnz + B.nnz) // 2)
+    for C, R in ((add(A, B), A + B), (multiply(A, B), A.multiply(B))):
+        assert C.indices.dtype == np.int64 and C.indptr.dtype == np.int64
+        assert C.has_canonical_format and abs(C - R).max() < 1e-12
+
+
 def test_same_level_operands():
     """Operands that store the same coordinates (other arrays, equal contents) take one loop over
     positions; the result owns copies of the structure."""
