@@ -46,7 +46,6 @@ row of the block at a time, b sums).
 
 from __future__ import annotations
 
-from sparsetir_py.codegen.cpu import STACK_BYTES
 from sparsetir_py.schedule import LoopRV, Schedule, top_level_nests
 
 from .common import fixed_width
@@ -63,6 +62,10 @@ GROUP_CELLS = 18
 #: completely and keeps the b x `TILE` outputs in vector registers across the block row's stored
 #: blocks (32 float32: four AVX2 registers a row).
 TILE = 32
+#: The most bytes of a `local` scratch buffer the CPU code generator puts on the stack
+#: (`sparsetir_py.codegen.cpu.STACK_BYTES`, which a test holds this equal to: a schedule uses the
+#: schedule API only, not the code generator); a larger output tile is not cached.
+STACK_BYTES = 16 * 1024
 
 
 def _parts(sch: Schedule) -> list[tuple[str, str]]:

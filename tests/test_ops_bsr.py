@@ -26,7 +26,8 @@ import scipy.sparse
 
 import format_rules
 import sparsetir_py as sp
-from schedules.bsr import TILE, WHOLE_BLOCK
+from schedules.bsr import STACK_BYTES, TILE, WHOLE_BLOCK
+from sparsetir_py.codegen import cpu as cpu_codegen
 from sparsetir_py.operands import as_csr
 from sparsetir_py.ops import parts
 from sparsetir_py.ops.kernels import KERNELS
@@ -143,6 +144,11 @@ def test_bsr_rows_in_groups_above_the_width_of_a_tile():
     (source,) = [k.source for key, k in KERNELS.items() if key.feat == 2 * TILE and "block_size', 6)" in key.format]
     blocks = [line.strip() for line in source.splitlines() if line.strip().startswith('# block "csrmm_bsr1')]
     assert len([x for x in blocks if "init" not in x]) == 18 and "stack_zeros(" in source
+
+
+def test_the_schedule_knows_the_code_generators_stack_limit():
+    """The schedule caches an output tile only where the code generator puts it on the stack."""
+    assert STACK_BYTES == cpu_codegen.STACK_BYTES
 
 
 def test_bsr_width_of_whole_tiles_keeps_the_tile_in_registers():
