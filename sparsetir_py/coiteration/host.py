@@ -60,6 +60,15 @@ def prefix(counts: np.ndarray) -> np.ndarray:
     return indptr
 
 
+def prefix_in_place(counts: np.ndarray) -> np.ndarray:
+    """`counts[1:]` (per-row counts, written by a kernel after a leading slot) replaced by their
+    running sum and `counts[0]` by 0: an indptr made in the same array (a new one would be faulted
+    in page by page). The sums must fit the array's dtype. Returns `counts`."""
+    counts[0] = 0
+    np.cumsum(counts[1:], out=counts[1:])
+    return counts
+
+
 def table_size(widest: int) -> int:
     """Slots of a hash workspace for rows of at most `widest` entries: a power of two, at least
     twice that (linear probing stays short at half load)."""

@@ -119,7 +119,15 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
     C_start = T.match_buffer(c_start, (m + 1,), "IDX")
     C_count = T.match_buffer(c_count, (m,), "IDX")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
-    for part in T.serial(parts):
+{_packed_rows(loop) if packed else _rows(loop)}"""
+    source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
+    source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
+    return _HEADER + _typed(source, idtype, dtype)
+
+
+def _rows(loop: str) -> str:
+    """`merge_script`'s chunk loop, each row (block `merge0`) written from `c_start[i]`."""
+    return f"""    for part in T.serial(parts):
         for r in T.serial(Bounds[part + 1] - Bounds[part]):
             with T.block("merge0"):
                 vi = T.axis.spatial(m, Bounds[part] + r)
@@ -131,22 +139,14 @@ def merge(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.h
                 pc[0] = C_start[vi]
 {loop}                C_count[vi] = pc[0] - C_start[vi]
 """
-    if packed:
-        source = _packed(source, loop)
-    source = source.replace("a_data[", "A_data[").replace("b_data[", "B_data[")
-    source = source.replace("c_indices[pc", "C_indices[pc").replace("c_data[pc", "C_data[pc")
-    return _HEADER + _typed(source, idtype, dtype)
 
 
-def _packed(source: str, loop: str) -> str:
+def _packed_rows(loop: str) -> str:
     """`merge_script`'s chunk loop with the rows of a chunk written one after the other: the write
-    position `pc` lives in the chunk (block `merge0`), each row (block `merge1`) starts where the
-    previous one ended."""
-    head = source[: source.index("    for part in T.serial(parts):")]
+    position `pc` lives in the chunk (block `merge0`), each row (block `merge1`, its `loop`
+    indented one level more) starts where the previous one ended."""
     inner = "".join("    " + line + "\n" for line in loop.rstrip("\n").split("\n"))
-    return (
-        head
-        + """    for part in T.serial(parts):
+    return f"""    for part in T.serial(parts):
         with T.block("merge0"):
             vp = T.axis.spatial(parts, part)
             pc = T.alloc_buffer((1,), "IDX", scope="local")
@@ -159,11 +159,8 @@ def _packed(source: str, loop: str) -> str:
                     pa[0] = A_indptr[vi]
                     pb[0] = B_indptr[vi]
                     row: T.IDX = pc[0]
+{inner}                    C_count[vi] = pc[0] - row
 """
-        + inner
-        + """                    C_count[vi] = pc[0] - row
-"""
-    )
 
 
 def _branchy_merge(emit, both, only_a, only_b, body: str) -> str:

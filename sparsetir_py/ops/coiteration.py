@@ -58,6 +58,7 @@ from ..coiteration.host import (
     WORKSPACE_BYTES,
     chunk_bounds,
     prefix,
+    prefix_in_place,
     table_size,
     work_prefix,
 )
@@ -264,17 +265,15 @@ def spgemm(
     if mask is not None:
         M = mats[2]
         t_data, t_indices = np.empty(M.nnz, dtype), np.empty(M.nnz, idtype)
-        # Each row's count written after a leading 0 and summed in place (the counts sum to at
+        # Each row's count written after a leading slot and summed in place (the counts sum to at
         # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
         indptr = np.empty(m + 1, idtype)
-        indptr[0] = 0
         kernel("masked", **names)(
             **operands, **values, **sizes, m_indptr=M.indptr, m_indices=M.indices, nnz_m=M.nnz, c_data=t_data,
             c_indices=t_indices, c_count=indptr[1:], bounds=bounds, check_structure=False, **thread_args,
             **_workspaces(schedule, sizes["parts"], n, dtype, True),
         )  # fmt: skip
-        np.cumsum(indptr[1:], out=indptr[1:])
-        return _compacted(t_data, t_indices, M.indptr, indptr, shape, cls, names, bounds, thread_args)
+        return _compacted(t_data, t_indices, M.indptr, prefix_in_place(indptr), shape, cls, names, bounds, thread_args)
     counts = np.empty(m, idtype)
     # A hash table twice the widest row: at most the row's multiply-adds, at most n.
     hsize = {"hsize": table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
@@ -343,13 +342,15 @@ def _keep_scratch(arrays: tuple[np.ndarray, np.ndarray]) -> None:
 _ROWS: dict[tuple[str, str], np.ndarray] = {}
 
 
-def _take_rows(name: str, size: int, dtype) -> np.ndarray:
-    """A kept array of at least `size` entries of `dtype` for `name` (taken out while in use, so
-    that concurrent calls never share it), else a new one; `_keep_rows` gives it back."""
-    kept = _ROWS.pop((name, np.dtype(dtype).name), None)
-    if kept is not None and len(kept) >= size:
-        return kept
-    return np.empty(size, dtype)
+def _take_rows(name: str, count: int, size: int, dtype) -> tuple[np.ndarray, ...]:
+    """`count` kept arrays of at least `size` entries of `dtype` for `name` (taken out while in
+    use, so that concurrent calls never share them), else new ones; `_keep_rows(name, ...)` gives
+    them back."""
+    arrays = []
+    for i in range(count):
+        kept = _ROWS.pop((f"{name}{i}", np.dtype(dtype).name), None)
+        arrays.append(kept if kept is not None and len(kept) >= size else np.empty(size, dtype))
+    return tuple(arrays)
 
 
 def _keep_rows(name: str, *arrays: np.ndarray) -> None:
@@ -371,16 +372,14 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
     estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
-    # Each row's work and room written after a leading 0, then summed in place: their prefix sums.
-    kept = _take_rows("spgemm0", m + 1, np.int64), _take_rows("spgemm1", m + 1, np.int64)
+    # Each row's work and room written after a leading slot, then summed in place: their prefix sums.
+    kept = _take_rows("spgemm", 2, m + 1, np.int64)
     work, room = kept[0][: m + 1], kept[1][: m + 1]
     kernel("work", **names)(
         **structure, c_work=work[1:], c_room=room[1:], bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1,
         nnz_a=A.nnz, check_structure=False, **estimate,
     )  # fmt: skip
-    work[0] = room[0] = 0
-    np.cumsum(work[1:], out=work[1:])
-    np.cumsum(room[1:], out=room[1:])
+    prefix_in_place(work), prefix_in_place(room)
     nnz_t = int(room[-1])
     if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
         _keep_rows("spgemm", *kept)
@@ -393,10 +392,9 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
         t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
     else:
         t_data, t_indices = _scratch(nnz_t, idtype, dtype)
-    # The result's indptr: each row's count written after a leading 0, summed in place (the
+    # The result's indptr: each row's count written after a leading slot, summed in place (the
     # counts sum to at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
-    indptr[0] = 0
     kernel("fused", **names)(
         **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
         b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=indptr[1:], w_prefix=work,
@@ -404,8 +402,7 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
         check_structure=False, **thread_args,
     )  # fmt: skip
     _keep_rows("spgemm", *kept)
-    np.cumsum(indptr[1:], out=indptr[1:])
-    nnz = int(indptr[-1])
+    nnz = int(prefix_in_place(indptr)[-1])
     if parts == 1:
         t_data.resize(nnz, refcheck=False)
         t_indices.resize(nnz, refcheck=False)
@@ -512,31 +509,29 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     # a union's row may start writing: it writes at most |A_i| + |B_i| entries); an intersection
     # writes at most min(|A_i|, |B_i|). Summed into kept arrays in the index dtype (the sums
     # fit it): fresh ones would be faulted in page by page.
-    kept = _take_rows("ewise0", m + 1, idtype), _take_rows("ewise1", m + 1, idtype)
+    kept = _take_rows("ewise", 2, m + 1, idtype)
     work = np.add(A.indptr, B.indptr, out=kept[0][: m + 1])
     thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     start = work
     if op == "multiply":
         start = kept[1][: m + 1]
-        start[0] = 0
         np.subtract(A.indptr[1:], A.indptr[:-1], out=start[1:])
         np.subtract(B.indptr[1:], B.indptr[:-1], out=work[1:])  # the work is read: its room reused
         np.minimum(start[1:], work[1:], out=start[1:])
-        np.cumsum(start[1:], out=start[1:])
+        prefix_in_place(start)
     names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
     room = int(start[-1])
     t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
-    # Each row's count written after a leading 0 and summed in place: the result's indptr.
+    # Each row's count written after a leading slot and summed in place: the result's indptr.
     indptr = np.empty(m + 1, idtype)
-    indptr[0] = 0
     kernel(op, **names)(
         a_data=A.data.astype(dtype, copy=False), a_indptr=A.indptr, a_indices=A.indices,
         b_data=B.data.astype(dtype, copy=False), b_indptr=B.indptr, b_indices=B.indices, c_data=t_data,
         c_indices=t_indices, c_start=start, c_count=indptr[1:], bounds=bounds, m=m, parts=len(bounds) - 1,
         nnz_a=A.nnz, nnz_b=B.nnz, nnz_c=room, check_structure=False, **thread_args, **scalars,
     )  # fmt: skip
-    np.cumsum(indptr[1:], out=indptr[1:])
+    prefix_in_place(indptr)
     t_start = start[bounds].astype(np.int64)
     _keep_rows("ewise", *kept)
     return _packed(t_data, t_indices, t_start, indptr, A.shape, cls, names, bounds, thread_args)
