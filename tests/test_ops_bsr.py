@@ -293,14 +293,36 @@ def test_bsr_values_changed_in_place_are_gathered_again():
         np.testing.assert_allclose(sp.ops.spmm(A, B, format="bsr", block_size=2), A @ B, rtol=1e-10, atol=1e-10)
 
 
-def test_same_compares_bytes():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_same_compares_bytes(threads, monkeypatch):
+    from sparsetir_py.ops import slots
     from sparsetir_py.ops.slots import SAME_CHUNK, same
 
-    a = np.arange(2 * SAME_CHUNK + 5, dtype=np.float32)
-    assert same(a, a.copy()) and not same(a, a[:-1].copy()) and not same(a, a.astype(np.float64))
-    for at in (0, SAME_CHUNK, a.size - 1):
+    monkeypatch.setattr(slots, "PARALLEL_ELEMENTS", 8)  # the parallel helpers on small arrays
+    a = np.arange(5 * SAME_CHUNK + 5, dtype=np.float32)
+    assert same(a, a.copy(), threads) and not same(a, a[:-1].copy(), threads)
+    assert not same(a, a.astype(np.float64), threads)
+    for at in (0, SAME_CHUNK, 3 * SAME_CHUNK + 7, a.size - 1):  # in each piece, and the tail
         b = a.copy()
         b[at] = np.nextafter(b[at], np.inf)
-        assert not same(a, b)
-    n = np.array([np.nan, 0.0])
-    assert same(n, n.copy()) and not same(n, np.array([np.nan, -0.0]))
+        assert not same(a, b, threads)
+    n = np.array([np.nan, 0.0] * 8)
+    assert same(n, n.copy(), threads) and not same(n, np.array([np.nan, -0.0] * 8), threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gather_and_scaled_on_threads(threads, monkeypatch):
+    """`gather` and `scaled` on one thread and on two give numpy's answer: 0 for a padding slot
+    (-1) and for the extra slot of a nonzero no part holds."""
+    from sparsetir_py.ops import slots
+
+    monkeypatch.setattr(slots, "PARALLEL_ELEMENTS", 8)
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(1000)
+    index = rng.integers(-1, data.size, 777)
+    got = slots.gather(data, index, np.full(index.size, np.nan), threads)
+    np.testing.assert_array_equal(got, np.where(index >= 0, data[np.maximum(index, 0)], 0))
+    flat = rng.standard_normal(300)
+    where = rng.integers(0, flat.size, data.size)
+    got = slots.scaled(data, flat, where, np.full(data.size, np.nan), threads)
+    np.testing.assert_array_equal(got, np.where(where < flat.size - 1, data * flat[where], 0))

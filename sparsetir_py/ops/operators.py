@@ -183,11 +183,12 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
     scaled = op.name == "sddmm" and pad is not None
     sizes = {"m": m, "n": n, "feat": feat, **conversion.structure}
     threading = thread_args(target, csr.nnz * max(feat, 1), threads)
+    call_threads = threading.get("threads")  # the per-call passes over A's values run on as many
     wanted = set(kernel.parameters)
 
     def arguments(csr, operands, out, inputs) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
         """The kernel's arguments, SpMM's result (as returned) and SDDMM's flat output buffer."""
-        values = conversion.ones(dtype) if scaled else conversion.values(csr.data, dtype)
+        values = conversion.ones(dtype) if scaled else conversion.values(csr.data, dtype, call_threads)
         args = {**dict(zip(op.args, operands)), **sizes, **values}
         result = flat = None
         if op.name == "spmm":
@@ -204,7 +205,12 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
             if args["c"] is not result:  # C of whole blocks: its first m rows, in `out` if given
                 result = args["c"][:m] if out is None else np.copyto(result, args["c"][:m]) or result
             return op.finish(csr, result)
-        return op.finish(csr, conversion.scaled_values(flat, csr.data) if scaled else conversion.stored_values(flat))
+        back = (
+            conversion.scaled_values(flat, csr.data, call_threads)
+            if scaled
+            else conversion.stored_values(flat, call_threads)
+        )
+        return op.finish(csr, back)
 
     args, result, flat = arguments(csr, operands, out, inputs)
     parts.run_parts(kernel, conversion, args, threading)

@@ -54,7 +54,7 @@ class Conversion:
     #: (thread, dtype) -> (a copy of A's values, the `scratch` buffer they were gathered into)
     _last_values: dict = field(default_factory=dict, repr=False)
 
-    def values(self, data: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
+    def values(self, data: np.ndarray, dtype: np.dtype, threads: int | None = None) -> dict[str, np.ndarray]:
         """Each part's values gathered from A's (0 where the part pads), each part's values a view
         of its range of one buffer: one pass by the slot index computed once (`slot_index`, -1
         for padding; `slots.gather`), unless A's values are, byte for byte, those of this
@@ -62,15 +62,16 @@ class Conversion:
         both costs less than the gather), whose buffer is then reused. (An index into
         `[0, *A.data]` built every call cost 2.3 ms on bcsstk16; `np.take` by an `np.intp` index
         then zeroing the padding 0.2-0.4 ms there, 12 ms on blocks-b8's 5.8M slots.) The buffer
-        is this thread's (`scratch`): concurrent calls never share one."""
+        is this thread's (`scratch`): concurrent calls never share one. `threads`: the call's (None:
+        Numba's setting), for both passes (`slots.PARALLEL_ELEMENTS`)."""
         data = np.ascontiguousarray(data, dtype=dtype).reshape(-1)
         key = (threading.get_ident(), np.dtype(dtype))
         last = self._last_values.get(key)
         flat = self.scratch("values", self.slots, dtype)
-        if last is not None and last[1] is flat and slots.same(last[0], data):
+        if last is not None and last[1] is flat and slots.same(last[0], data, threads):
             return self._views(flat)
         if len(data):
-            gather(data, self.slot_index, flat)
+            gather(data, self.slot_index, flat, threads)
         else:
             flat.fill(0)
         self._last_values[key] = (data.copy(), flat)
@@ -108,12 +109,12 @@ class Conversion:
         """How many value slots the parts hold, padding included."""
         return len(self.slot_index)
 
-    def stored_values(self, flat: np.ndarray) -> np.ndarray:
+    def stored_values(self, flat: np.ndarray, threads: int | None = None) -> np.ndarray:
         """The values of A's nonzeros, in A's order, from `outputs`' flat buffer: one gather by
         the slot of each nonzero (computed once; the extra 0 slot for a nonzero no part holds)."""
         if not isinstance(flat, np.ndarray):
             return np.take(flat, self.stored_slots, mode="clip")
-        return gather(flat, self._stored_index, np.empty(self.nnz, flat.dtype))
+        return gather(flat, self._stored_index, np.empty(self.nnz, flat.dtype), threads)
 
     def ones(self, dtype: np.dtype) -> dict[str, np.ndarray]:
         """The parts' values of a matrix of ones with A's structure (0 where a part pads), made
@@ -126,11 +127,11 @@ class Conversion:
             flat = self._ones[dtype] = (self.slot_index >= 0).astype(dtype)
         return self._views(flat)
 
-    def scaled_values(self, flat: np.ndarray, data: np.ndarray) -> np.ndarray:
+    def scaled_values(self, flat: np.ndarray, data: np.ndarray, threads: int | None = None) -> np.ndarray:
         """`stored_values` times A's values: the SDDMM of A from the one of `ones` (`outputs`'
         flat buffer), in one pass (`slots.scaled`); a nonzero no part holds gets 0."""
         data = np.ascontiguousarray(data, dtype=flat.dtype)
-        return slots.scaled(data, flat, self._stored_index, np.empty(self.nnz, flat.dtype))
+        return slots.scaled(data, flat, self._stored_index, np.empty(self.nnz, flat.dtype), threads)
 
     def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         views, start = {}, 0

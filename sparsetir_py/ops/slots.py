@@ -10,7 +10,9 @@ a second index, and `np.isfinite(B[rows]).all()` (a copy of those rows and a boo
 Measured on bcsstk16 in BSR 3 x 3 (296k slots, float32, one thread, paired): `np.take` 0.25-0.5
 ms, `gather` 0.2 ms. The gather loads unconditionally (index clamped at 0) and selects 0 for
 padding: a branch on 20% random padding (blocks-b8) mispredicts, 35-43 ms against 16-18 ms.
-One thread: a parallel region per helper measured slower on this shared 2-core machine.
+From `PARALLEL_ELEMENTS` on, `gather`, `scaled` and `same` run on the call's threads (a parallel
+region costs 2-45 us, by how idle OpenMP threads wait): quiet, 2 threads, mesh-b3's 1.6M
+float32 values, `same` 0.44 -> 0.2x ms.
 """
 
 from __future__ import annotations
@@ -18,23 +20,55 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..runtime.kernel import _run_numba
+
 _FLAGS = {"boundscheck": False, "error_model": "numpy", "cache": True, "nogil": True}
+#: Below this many elements a helper runs on one thread, whatever the call's `threads`.
+PARALLEL_ELEMENTS = 1 << 17
 
 
-@numba.njit(**_FLAGS)
-def _gather(data, index, out):
+def _pieces(size: int, threads: int | None) -> int | None:
+    """The thread count a helper over `size` elements runs on: None for one thread (below
+    `PARALLEL_ELEMENTS`, or `threads=1`), else `threads` (None: Numba's setting)."""
+    if size < PARALLEL_ELEMENTS or threads == 1:
+        return None
+    return min(threads or numba.get_num_threads(), numba.get_num_threads())
+
+
+def _run(serial, parallel, threads: int | None, *args):
+    """`serial(*args)` on one thread, or `parallel(*args)` on `threads` (`_pieces`)."""
+    if threads is None:
+        return serial(*args)
+    # The count is an argument: `numba.get_num_threads()` inside would keep Numba from caching.
+    return _run_numba(parallel, [*args, threads], threads)
+
+
+@numba.njit(inline="always", **_FLAGS)
+def _gather_piece(data, index, out, lo, hi):
     zero = out.dtype.type(0)
-    for s in range(index.size):
+    for s in range(lo, hi):
         j = index[s]
         v = data[np.uint64(max(j, 0))]
         out[s] = v if j >= 0 else zero
 
 
-def gather(data: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
+@numba.njit(**_FLAGS)
+def _gather(data, index, out):
+    _gather_piece(data, index, out, 0, index.size)
+
+
+@numba.njit(parallel=True, **_FLAGS)
+def _gather_parallel(data, index, out, pieces):
+    for p in numba.prange(pieces):
+        _gather_piece(data, index, out, index.size * p // pieces, index.size * (p + 1) // pieces)
+
+
+def gather(data: np.ndarray, index: np.ndarray, out: np.ndarray, threads: int | None = 1) -> np.ndarray:
     """`out[s] = data[index[s]]`, 0 where `index[s] < 0`; every index must lie below `len(data)`,
     and `data` must not be empty (the caller's: a conversion's slot index, computed once).
+    `threads`: as a kernel's (None: Numba's setting; one thread below `PARALLEL_ELEMENTS`).
     Returns `out`."""
-    _gather(data, index, out)
+    _run(_gather, _gather_parallel, _pieces(index.size, threads), data, index, out)
     return out
 
 
@@ -79,20 +113,33 @@ def all_finite(X: np.ndarray) -> bool:
     return bool(_all_finite(X.reshape(-1)))
 
 
-@numba.njit(**_FLAGS)
-def _scaled(data, flat, index, out):
+@numba.njit(inline="always", **_FLAGS)
+def _scaled_piece(data, flat, index, out, lo, hi):
     held = flat.size - 1  # the last slot of `flat` is the extra one of a nonzero no part holds
     zero = out.dtype.type(0)
-    for t in range(index.size):
+    for t in range(lo, hi):
         s = index[t]
         out[t] = data[t] * flat[s] if s < held else zero
 
 
-def scaled(data: np.ndarray, flat: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
+@numba.njit(**_FLAGS)
+def _scaled(data, flat, index, out):
+    _scaled_piece(data, flat, index, out, 0, index.size)
+
+
+@numba.njit(parallel=True, **_FLAGS)
+def _scaled_parallel(data, flat, index, out, pieces):
+    for p in numba.prange(pieces):
+        _scaled_piece(data, flat, index, out, index.size * p // pieces, index.size * (p + 1) // pieces)
+
+
+def scaled(
+    data: np.ndarray, flat: np.ndarray, index: np.ndarray, out: np.ndarray, threads: int | None = 1
+) -> np.ndarray:
     """`out[t] = data[t] * flat[index[t]]`, 0 where `index[t]` is `flat`'s last (extra) slot:
     an SDDMM computed on a mask of ones, A's values applied while its results come back in A's
-    order (`parts.Conversion.scaled_values`). Returns `out`."""
-    _scaled(data, flat, index, out)
+    order (`parts.Conversion.scaled_values`). `threads` as `gather`'s. Returns `out`."""
+    _run(_scaled, _scaled_parallel, _pieces(index.size, threads), data, flat, index, out)
     return out
 
 
@@ -100,28 +147,48 @@ def scaled(data: np.ndarray, flat: np.ndarray, index: np.ndarray, out: np.ndarra
 SAME_CHUNK = 1 << 12
 
 
-@numba.njit(**_FLAGS)
-def _same(a, b):
-    full = a.size // SAME_CHUNK
-    for c in range(full):
+@numba.njit(inline="always", **_FLAGS)
+def _same_chunks(a, b, first, last):
+    """Whether chunks [first, last) of `a` and `b` are equal, stopping at the first that is not."""
+    for c in range(first, last):
         base = c * SAME_CHUNK
         acc = np.uint64(0)
         for t in range(SAME_CHUNK):  # a constant trip count: vectorised, no exit inside
             acc |= np.uint64(a[np.uint64(base + t)] ^ b[np.uint64(base + t)])
         if acc != 0:
             return False
+    return True
+
+
+@numba.njit(inline="always", **_FLAGS)
+def _same_tail(a, b):
     acc = np.uint64(0)
-    for t in range(full * SAME_CHUNK, a.size):
+    for t in range(a.size // SAME_CHUNK * SAME_CHUNK, a.size):
         acc |= np.uint64(a[t] ^ b[t])
     return acc == 0
 
 
-def same(a: np.ndarray, b: np.ndarray) -> bool:
+@numba.njit(**_FLAGS)
+def _same(a, b):
+    return _same_chunks(a, b, 0, a.size // SAME_CHUNK) and _same_tail(a, b)
+
+
+@numba.njit(parallel=True, **_FLAGS)
+def _same_parallel(a, b, pieces):
+    full = a.size // SAME_CHUNK
+    differ = np.zeros(pieces, np.uint8)
+    for p in numba.prange(pieces):  # each piece stops at its first differing chunk
+        differ[p] = not _same_chunks(a, b, full * p // pieces, full * (p + 1) // pieces)
+    return differ.sum() == 0 and _same_tail(a, b)
+
+
+def same(a: np.ndarray, b: np.ndarray, threads: int | None = 1) -> bool:
     """Whether the 1-D contiguous arrays `a` and `b` hold the same bytes (NaNs compare by bits),
-    in chunks of `SAME_CHUNK` that stop at the first difference. Measured on 290k float32
-    (bcsstk16's values), one thread: 60 us, where numpy's `array_equal` in chunks took 90 us and
-    a loop that exits at the first differing element (not vectorised) 270 us."""
+    in chunks of `SAME_CHUNK` that stop at the first difference (on several threads, each at the
+    first of its range; `threads` as `gather`'s). Measured on 290k float32 (bcsstk16's values),
+    one thread: 60 us, where numpy's `array_equal` in chunks took 90 us and a loop that exits at
+    the first differing element (not vectorised) 270 us; on mesh-b3's 1.6M, 0.44 ms on one thread."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     view = {4: np.uint32, 8: np.uint64}.get(a.dtype.itemsize, np.uint8)
-    return bool(_same(a.view(view), b.view(view)))
+    return bool(_run(_same, _same_parallel, _pieces(a.size, threads), a.view(view), b.view(view)))

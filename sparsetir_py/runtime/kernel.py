@@ -224,15 +224,14 @@ class CPUKernel(Kernel):
 _MAX_PLANS = 32
 
 
-def _run_numba(fn: Any, values: list, threads: int | None) -> None:
+def _run_numba(fn: Any, values: list, threads: int | None) -> Any:
     """`fn(*values)` with Numba's threads capped at `threads` for the call (None: as set)."""
     if threads is None:
-        fn(*values)
-        return
+        return fn(*values)
     cap, restore = _thread_setters()
     current = cap(threads)
     try:
-        fn(*values)
+        return fn(*values)
     finally:
         restore(current)
 
