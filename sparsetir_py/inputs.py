@@ -188,6 +188,16 @@ def describe(arr) -> str:
     return type(arr).__name__
 
 
+def stored_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype `native` gives stored values of `dtype`: float32/float64 as they are (in native
+    byte order), anything else (bool, integers, float16) float64."""
+    if dtype in VALUE_DTYPES:
+        return dtype
+    if dtype.kind == "f" and dtype.newbyteorder("=") in VALUE_DTYPES:  # non-native byte order
+        return dtype.newbyteorder("=")
+    return np.dtype(np.float64)
+
+
 def native(A):
     """`A` (checked, CSR/CSC/BSR/COO) with storage that scipy's compiled routines and the kernels
     take: native int32/int64 index arrays of one dtype, float32/float64 values, C-contiguous, no
@@ -196,12 +206,7 @@ def native(A):
     Values are cast before duplicates are summed, so that they add as in `A @ B` (bool entries
     too), and scipy's routines, which reject float16 or unsigned indices, never see those."""
     data = A.data
-    if data.dtype in VALUE_DTYPES:
-        value_dtype = data.dtype
-    elif data.dtype.kind == "f" and data.dtype.newbyteorder("=") in VALUE_DTYPES:  # non-native byte order
-        value_dtype = data.dtype.newbyteorder("=")
-    else:
-        value_dtype = np.dtype(np.float64)
+    values_dtype = stored_dtype(data.dtype)
     if A.format == "coo":
         index_arrays = tuple(A.coords if hasattr(A, "coords") else (A.row, A.col))
         nnz = len(data)
@@ -209,7 +214,7 @@ def native(A):
         index_arrays = (A.indices, A.indptr)
         nnz = int(A.indptr[-1])
     if (
-        data.dtype == value_dtype
+        data.dtype == values_dtype
         and data.flags.c_contiguous
         and len(data) == nnz
         and len(index_arrays[0]) == nnz
@@ -221,7 +226,7 @@ def native(A):
     # int32; a shape of int32 extents keeps int32 for 32-bit indices.
     wide = nnz > MAX_EXTENT or max(A.shape) > MAX_EXTENT or any(ix.dtype.itemsize > 4 for ix in index_arrays)
     idx = np.dtype(np.int64) if wide else np.dtype(np.int32)
-    values = np.ascontiguousarray(data[:nnz], dtype=value_dtype)
+    values = np.ascontiguousarray(data[:nnz], dtype=values_dtype)
     # The arrays may still be the caller's (a view, or one already right): whoever modifies the
     # result copies first (`canonical`). type(A) keeps a sparse array an array.
     if A.format == "coo":

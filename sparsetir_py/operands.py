@@ -16,12 +16,22 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
 
 from .errors import InputError
-from .inputs import INDEX_DTYPES, VALUE_DTYPES, canonical, check_kind, check_matrix, check_values, native
+from .inputs import (
+    INDEX_DTYPES,
+    VALUE_DTYPES,
+    canonical,
+    check_kind,
+    check_matrix,
+    check_values,
+    native,
+    stored_dtype,
+)
 
 #: numpy dtype -> its name; `str(dtype)` runs Python code in numpy (~2.5 us), twice a call.
 DTYPE_NAMES = {d: d.name for d in INDEX_DTYPES + VALUE_DTYPES}
@@ -79,21 +89,114 @@ def remember_structure(csr) -> None:
     STRUCTURES.put(csr.indptr, csr.indices, (csr.shape,), True)
 
 
-def as_csr(A, name: str = "A") -> scipy.sparse.csr_matrix:
+def as_csr(A, name: str = "A", values: bool = True) -> scipy.sparse.csr_matrix:
     """A canonical CSR form of `A`: sorted, no duplicates, native int32/int64 index arrays of one
     dtype, float32/float64 values; `A` itself when it already is one.
 
     A matrix whose structure passed an earlier call (`structure_checked`) only gets the O(1)
     checks of its values. Otherwise the raw arrays are checked first (`inputs.check_matrix`), so
     that no scipy routine that assumes a valid structure (conversion, `sum_duplicates`, written
-    in C++) ever sees a broken one: those crash or answer wrongly instead of raising."""
+    in C++) ever sees a broken one: those crash or answer wrongly instead of raising. A CSC, BSR
+    or COO matrix, or a CSR one that is not canonical, is converted once per structure
+    (`reordering`): a later call with the same structure arrays gets the same CSR structure
+    arrays (so every cache keyed on them hits) and its values by one gather. `values=False`
+    (with `reordering(A)` not None): the result's `data` is NaN, for a caller that takes A's
+    values from `A.data` by `Reordered.take` itself."""
     if not scipy.sparse.issparse(A):
         raise InputError(f"`{name}` must be a scipy sparse matrix, got {type(A).__name__}")
     if A.format == "csr" and structure_checked(A):
         # The values may have been replaced since the structure was checked.
         check_values(A.data, len(A.indices), name)
         return A
-    return canonical(native(check_matrix(A, name)))
+    order = reordering(A, name)
+    if order is None:
+        return canonical(native(check_matrix(A, name)))
+    return order.matrix(A, name, values)
+
+
+#: The canonical CSR structure of an input that is not one, by the input's structure arrays.
+REORDERED = StructureCache()
+
+
+@dataclass(eq=False)
+class Reordered:
+    """The canonical CSR form of a CSC, BSR, COO or non-canonical CSR input's structure, and where
+    each of its values lies in the input's `data` (flattened): `csr.data = A.data.ravel()[take]`.
+    Made when a structure is first seen (`reordering`); an input that stores an entry twice has
+    none (its values are sums: converted per call)."""
+
+    template: scipy.sparse.csr_matrix | scipy.sparse.csr_array  #: the structure (its data unused)
+    take: np.ndarray | None  #: np.intp, the flat position in `A.data` of each value; None: in order
+    stored: int  #: the input's number of stored values (`A.data.size`)
+
+    def matrix(self, A, name: str = "A", values: bool = True):
+        """The canonical CSR form of `A` (of this structure): its values gathered by `take`, in
+        `inputs.native`'s value dtype; `values=False` gives NaN values instead (no gather)."""
+        data = A.data
+        if not isinstance(data, np.ndarray) or data.size != self.stored:
+            got = data.size if isinstance(data, np.ndarray) else type(data).__name__
+            raise InputError(f"`{name}.data` has {got} entries, but the structure stores {self.stored}")
+        check_kind(data.dtype, f"`{name}.data`")
+        dtype = stored_dtype(data.dtype)
+        nnz = len(self.template.indices)
+        if not values:
+            taken = np.broadcast_to(np.array(np.nan, dtype), (nnz,))
+        elif self.take is None:
+            taken = np.ascontiguousarray(data.reshape(-1)[:nnz], dtype=dtype)
+        else:
+            taken = np.take(data.reshape(-1), self.take).astype(dtype, copy=False)
+        return with_data(self.template, taken)
+
+    @property
+    def indptr(self) -> np.ndarray:
+        return self.template.indptr
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.template.indices
+
+
+def reordering(A, name: str = "A") -> Reordered | None:
+    """`A`'s `Reordered` (made, after checking A, once per structure), or None: for a canonical
+    CSR matrix (`STRUCTURES` serves it), a LIL/DOK/DIA one (converted per call: its arrays are
+    made by the conversion), and one that stores an entry twice."""
+    if A.format not in ("csr", "csc", "bsr", "coo"):
+        return None
+    arrays = tuple(A.coords if hasattr(A, "coords") else (A.row, A.col)) if A.format == "coo" else (A.indptr, A.indices)
+    if len(arrays) != 2 or not all(isinstance(a, np.ndarray) for a in arrays):
+        return None  # a COO array of more than two dimensions: `check_matrix` says what is wrong
+    key = (A.format, A.shape, getattr(A, "blocksize", None), type(A))
+    order = REORDERED.get(*arrays, *key)
+    if order is None:
+        order = _reordered(check_matrix(A, name)) or False
+        REORDERED.put(*arrays, key, order)
+    return order or None
+
+
+def _reordered(A) -> Reordered | None:
+    """`reordering` for a checked `A`: its values numbered 1, 2, ... (exact in float64) and
+    converted as `as_csr` converts (`native`, `canonical`), so each CSR value names its source."""
+    if not isinstance(A.data, np.ndarray):
+        return None
+    numbered = native(with_data(A, np.arange(1, A.data.size + 1, dtype=np.float64).reshape(A.data.shape)))
+    csr = canonical(numbered)
+    if csr.nnz != numbered.data.size:
+        return None  # duplicates were summed
+    take = csr.data.astype(np.intp) - 1
+    if np.array_equal(take, np.arange(len(take))):
+        if A.format == "csr" and csr.indptr is A.indptr and csr.indices is A.indices:
+            return None  # canonical already
+        take = None
+    STRUCTURES.put(csr.indptr, csr.indices, (csr.shape,), True)
+    return Reordered(csr, take, A.data.size)
+
+
+def with_data(A, data: np.ndarray):
+    """A shallow copy of the scipy matrix `A` holding `data` (its structure arrays shared)."""
+    copy = object.__new__(type(A))
+    copy.__dict__.update(A.__dict__)
+    copy.data = data
+    return copy
 
 
 def read_array(X, name: str):

@@ -185,9 +185,10 @@ def test_bsr_inf_in_b():
     for row in (padded[0], np.setdiff1d(read, padded)[0]):
         Binf = B.copy()
         Binf[row, 1] = np.inf
-        C = sp.ops.spmm(A, Binf, format="bsr", block_size=6)
-        with np.errstate(invalid="ignore"):
-            np.testing.assert_allclose(C, A @ Binf, rtol=1e-4, atol=1e-4)  # NaN and inf where scipy has them
+        for M in (A, A.tocoo()):  # COO: values from its own order, CSR's fallback from M itself
+            C = sp.ops.spmm(M, Binf, format="bsr", block_size=6)
+            with np.errstate(invalid="ignore"):
+                np.testing.assert_allclose(C, A @ Binf, rtol=1e-4, atol=1e-4)  # NaN and inf where scipy has them
 
 
 def padded_cells(A, b: int) -> set:
@@ -326,3 +327,30 @@ def test_gather_and_scaled_on_threads(threads, monkeypatch):
     where = rng.integers(0, flat.size, data.size)
     got = slots.scaled(data, flat, where, np.full(data.size, np.nan), threads)
     np.testing.assert_array_equal(got, np.where(where < flat.size - 1, data * flat[where], 0))
+
+
+def test_bsr_and_other_inputs_are_converted_once_and_read_in_place():
+    """A scipy BSR matrix of the format's block size runs with its own `data` as the parts'
+    values (no gather, no copy); another block size, CSC and COO gather from their own `data` by
+    an index made once per structure. Every call sees the values of that call."""
+    from sparsetir_py.operands import reordering
+
+    A = block_matrix(6, seed=5)
+    A = scipy.sparse.csr_matrix(scipy.sparse.bmat([[A, None], [None, scipy.sparse.csr_matrix((1, 2))]]))
+    A = A.astype(np.float32)  # (13 x 6) x (11 x 6): whole blocks, so that scipy's BSR takes it
+    rng = np.random.default_rng(5)
+    B = rng.standard_normal((A.shape[1], 5)).astype(np.float32)
+    module = parts.format_module("bsr")
+    for M in (A.tobsr((6, 6)), A.tobsr((3, 2)), A.tocsc(), A.tocoo()):
+        for step in range(3):
+            want = M.toarray().astype(np.float64) @ B
+            np.testing.assert_allclose(sp.ops.spmm(M, B, format="bsr", block_size=6), want, rtol=1e-4, atol=1e-4)
+            if step == 0:
+                M.data *= 2  # in place
+            else:
+                M.data = rng.standard_normal(M.data.shape).astype(np.float32)  # a new array
+        order = reordering(M)
+        csr = as_csr(M)
+        conversion = parts.converted(module, csr, {"block_size": 6}, "float32", "int32")
+        in_place = M.format == "bsr" and M.blocksize == (6, 6)
+        assert (order.take is not None and conversion._composed(order.take) is None) == in_place

@@ -496,3 +496,57 @@ def test_spmm_result_is_fresh_on_degenerate_shapes(shape):
         C = sp.ops.spmm(A, B)
         assert C.shape == (shape[0], width) and not np.shares_memory(C, B)
         np.testing.assert_array_equal(C, 0)
+
+
+def _kinds_of(A: sps.csr_matrix, rng) -> dict:
+    """A in every stored form `as_csr` converts once per structure (and COO with a duplicate,
+    which it converts per call)."""
+    unsorted = A.copy()
+    for i in range(A.shape[0]):
+        s, e = unsorted.indptr[i], unsorted.indptr[i + 1]
+        p = rng.permutation(e - s)
+        unsorted.indices[s:e], unsorted.data[s:e] = unsorted.indices[s:e][p], unsorted.data[s:e][p]
+    unsorted.has_sorted_indices = False
+    coo = A.tocoo()
+    duplicate = sps.coo_matrix(
+        (np.append(coo.data, 1.5), (np.append(coo.row, coo.row[:1]), np.append(coo.col, coo.col[:1]))), shape=A.shape
+    )
+    return {
+        "csc": A.tocsc(),
+        "coo": coo,
+        "coo_array": sps.coo_array(A),
+        "bsr": A.tobsr((2, 3)),
+        "bsr_int16": A.tobsr((2, 1)).astype(np.int16),
+        "unsorted": unsorted,
+        "int64": sps.csr_matrix((A.data, A.indices.astype(np.int64), A.indptr), shape=A.shape),
+        "duplicate": duplicate,
+    }
+
+
+@pytest.mark.parametrize("kind", ["csc", "coo", "coo_array", "bsr", "bsr_int16", "unsorted", "int64", "duplicate"])
+def test_converted_inputs_keep_their_structure_and_follow_their_values(kind):
+    """`as_csr` of a matrix that is not canonical CSR equals scipy's canonical conversion on every
+    call, with the values of that call (changed in place, or replaced), and, where no entry is
+    stored twice, the same structure arrays each time (so every cache keyed on them hits)."""
+    from sparsetir_py.inputs import canonical, check_matrix, native
+    from sparsetir_py.operands import as_csr, reordering
+
+    rng = np.random.default_rng(4)
+    dense = np.round(rng.standard_normal((10, 12)) * 4) * (rng.random((10, 12)) < 0.4)
+    A = _kinds_of(sps.csr_matrix(dense), rng)[kind]
+    first = as_csr(A)
+    for step in range(3):
+        got, want = as_csr(A), canonical(native(check_matrix(A, "A")))
+        assert type(got) is type(want) and got.dtype == want.dtype and got.indices.dtype == want.indices.dtype
+        np.testing.assert_array_equal(got.indptr, want.indptr)
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_array_equal(got.data, want.data)
+        assert (got.indices is first.indices) == (kind != "duplicate")
+        if step == 0:
+            A.data *= 3  # in place
+        else:
+            A.data = (A.data * -1).astype(A.data.dtype)  # a new array
+    assert (reordering(A) is None) == (kind in ("duplicate", "int64"))
+    A.data = A.data[:-1]  # one value (BSR: one block) too few for the structure remembered
+    with pytest.raises(sp.InputError, match=r"`A.data` has \d+ (entries|blocks)"):
+        as_csr(A)

@@ -16,7 +16,15 @@ import numpy as np
 import scipy.sparse
 
 from ..errors import InputError
-from ..operands import DTYPE_NAMES, as_csr, dense_operands, read_array, remember_structure, structure_checked
+from ..operands import (
+    DTYPE_NAMES,
+    as_csr,
+    dense_operands,
+    read_array,
+    remember_structure,
+    reordering,
+    structure_checked,
+)
 from ..runtime.device import is_device_sparse
 from . import auto, device, parts, repeat
 from .kernels import csr_kernel, resolve_schedule
@@ -106,7 +114,12 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
     module = None if csr_format else parts.format_module(format)
     if csr_format and params:
         raise InputError(f"format 'csr' takes no parameters, got {', '.join(params)}")
-    csr = as_csr(A)
+    # SpMM in a decomposed format on the CPU gathers a converted input's values from `A.data`
+    # into the parts' slots itself (`parts.Conversion.values`' `take`): no CSR values for it.
+    order = None
+    if module is not None and op.name == "spmm" and target == "cpu" and scipy.sparse.issparse(A):
+        order = None if A.format == "csr" and structure_checked(A) else reordering(A)
+    csr = as_csr(A, values=order is None)
     dtype, operands, feat = dense_operands(op.name, csr.shape, csr.dtype, dense)
     inputs = (*operands, A.data if hasattr(A, "data") else None)
     if module is not None:
@@ -126,6 +139,7 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
             inputs,
             threads,
             key if reusable else None,
+            None if order is None else (A, order),
         )
     m, n = csr.shape
     data = np.ascontiguousarray(csr.data, dtype=dtype)
@@ -160,12 +174,15 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
     return op.finish(csr, result)
 
 
-def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedule, params, out, inputs, threads, key):
+def _call_parts(
+    op: Operator, csr, operands, feat, dtype, module, target, schedule, params, out, inputs, threads, key, source=None
+):
     """`op` with A (and SDDMM's output) decomposed by a rule module: convert (cached per
     structure), compile (cached per format), gather A's values into the parts, run. With a `key`
     (`repeat.repeat_key`), a later call with that key runs `again`: no lookups, the kernel's
     arguments bound once (`Kernel.runner`), per call only what may have changed (A's values,
-    `out`, the rows of B that padding reads)."""
+    `out`, the rows of B that padding reads). With a `source` (the caller's A and its
+    `operands.Reordered`; `csr`'s values are then NaN), A's values come from `A.data` by its `take`."""
     if not structure_checked(csr):
         # `as_csr` checked it: a later call with this structure checks only A's values, as on the
         # CSR path (the full check cost 0.22 ms a call on bcsstk16, half the BSR kernel at width 32).
@@ -176,7 +193,9 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
     if op.name == "spmm" and not parts.padding_is_exact(conversion, pad, operands[0]):
         # A padded slot holds 0 and reads a real row of B: 0 * inf is NaN where A stores nothing.
         # With finite rows there the padding adds exact zeros, so only this case needs CSR's exact loop.
-        return _call(op, csr, tuple(operands), "csr", target, None, out, threads, {}, None)
+        return _call(
+            op, csr if source is None else source[0], tuple(operands), "csr", target, None, out, threads, {}, None
+        )
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, target, feat, schedule)
     m, n = csr.shape
     # BSR's SDDMM runs on a mask of ones and applies A's values on the way back (no gather).
@@ -188,7 +207,13 @@ def _call_parts(op: Operator, csr, operands, feat, dtype, module, target, schedu
 
     def arguments(csr, operands, out, inputs) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
         """The kernel's arguments, SpMM's result (as returned) and SDDMM's flat output buffer."""
-        values = conversion.ones(dtype) if scaled else conversion.values(csr.data, dtype, call_threads)
+        if scaled:
+            values = conversion.ones(dtype)
+        elif source is None:
+            values = conversion.values(csr.data, dtype, call_threads)
+        else:  # A's own values, in its order (`take`), or in CSR's where that is its order
+            flat, take = source[0].data.reshape(-1), source[1].take
+            values = conversion.values(flat if take is not None else flat[: csr.nnz], dtype, call_threads, take)
         args = {**dict(zip(op.args, operands)), **sizes, **values}
         result = flat = None
         if op.name == "spmm":

@@ -51,10 +51,13 @@ class Conversion:
     padded_reads: dict = field(default_factory=dict)  #: block size -> `padding_rows`, once per conversion
     _scratch: dict = field(default_factory=dict, repr=False)  #: (thread, name, dtype) -> `scratch` buffer
     _ones: dict = field(default_factory=dict, repr=False)  #: dtype -> `ones`' flat buffer
-    #: (thread, dtype) -> (a copy of A's values, the `scratch` buffer they were gathered into)
+    #: (thread, dtype) -> (a copy of A's values, the `scratch` buffer they were gathered into, by which index)
     _last_values: dict = field(default_factory=dict, repr=False)
+    _take: tuple | None = field(default=None, repr=False)  #: (take, `_composed(take)`), the last one
 
-    def values(self, data: np.ndarray, dtype: np.dtype, threads: int | None = None) -> dict[str, np.ndarray]:
+    def values(
+        self, data: np.ndarray, dtype: np.dtype, threads: int | None = None, take: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         """Each part's values gathered from A's (0 where the part pads), each part's values a view
         of its range of one buffer: one pass by the slot index computed once (`slot_index`, -1
         for padding; `slots.gather`), unless A's values are, byte for byte, those of this
@@ -63,19 +66,42 @@ class Conversion:
         `[0, *A.data]` built every call cost 2.3 ms on bcsstk16; `np.take` by an `np.intp` index
         then zeroing the padding 0.2-0.4 ms there, 12 ms on blocks-b8's 5.8M slots.) The buffer
         is this thread's (`scratch`): concurrent calls never share one. `threads`: the call's (None:
-        Numba's setting), for both passes (`slots.PARALLEL_ELEMENTS`)."""
+        Numba's setting), for both passes (`slots.PARALLEL_ELEMENTS`).
+
+        With `take` (`operands.Reordered.take`: A given in another format, `data` its values in
+        their own order, CSR's value k at `data.ravel()[take[k]]`), the gather reads `data` by
+        the composed index, made once per `take`; where that index is `data`'s own order (a BSR
+        matrix in this conversion's block size and order), the parts' values are views of
+        `data` itself: no pass at all."""
         data = np.ascontiguousarray(data, dtype=dtype).reshape(-1)
+        index = self.slot_index if take is None else self._composed(take)
+        if index is None:  # the parts' slots are `data`'s values, in order, padding-free
+            return self._views(data)
         key = (threading.get_ident(), np.dtype(dtype))
         last = self._last_values.get(key)
         flat = self.scratch("values", self.slots, dtype)
-        if last is not None and last[1] is flat and slots.same(last[0], data, threads):
+        if last is not None and last[1] is flat and last[2] is index and slots.same(last[0], data, threads):
             return self._views(flat)
         if len(data):
-            gather(data, self.slot_index, flat, threads)
+            gather(data, index, flat, threads)
         else:
             flat.fill(0)
-        self._last_values[key] = (data.copy(), flat)
+        self._last_values[key] = (data.copy(), flat, index)
         return self._views(flat)
+
+    def _composed(self, take: np.ndarray) -> np.ndarray | None:
+        """`slot_index` composed with `take`: the position in a reordered input's values of each
+        slot (-1 for padding), or None where that is every position in order. Kept for the last
+        `take` only (one input format at a time is the common case)."""
+        last = self._take
+        if last is not None and last[0] is take:
+            return last[1]
+        index = self.slot_index
+        composed = np.where(index >= 0, take[np.maximum(index, 0)], -1).astype(_index_dtype(len(take)))
+        if len(composed) == len(take) and np.array_equal(composed, np.arange(len(take))):
+            composed = None
+        self._take = (take, composed)
+        return composed
 
     def outputs(self, dtype: np.dtype) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """An SDDMM's output buffers (`c_<rule>` for each value argument `a_<rule>`) as views of one
