@@ -7,10 +7,13 @@
 Per matrix, width and operator, every candidate runs in interleaved rounds (one call of each in
 turn, `sparsetir_py.runtime.timing`), medians compared: `sp.ops.spmm(A, B, out=out,
 format="bsr", block_size=b)` (SpMM with `out=`; SDDMM as `sp.ops.sddmm(A, X, Y, format="bsr",
-block_size=b)`), each shipped CPU CSR schedule (`format="csr", schedule=...`), and `format="auto"`
-(the tuner's choice, tuned on an untimed first call). Every result is checked against scipy
-first. Prints a markdown table: the median of each, the best CSR schedule and the ratios
-best CSR / BSR and auto / BSR (above 1: BSR is faster).
+block_size=b)`), SpMM from a scipy `bsr_matrix` of block size b (`bsr in`: the kernel reads its
+values in place, where the CSR input's are compared with the last call's or gathered into the
+blocks each call), each shipped CPU CSR schedule (`format="csr", schedule=...`), `format="auto"`
+(the tuner's choice, tuned on an untimed first call) and, where `sparse_dot_mkl` is installed,
+MKL's SpMM from the CSR and from the BSR matrix. Every result is checked against scipy first.
+Prints a markdown table: the median of each, the best CSR schedule and the ratios best CSR /
+BSR, best CSR / BSR (bsr in), best MKL / BSR (bsr in) and auto / BSR (above 1: BSR is faster).
 
 The synthetic matrices (`bench.graphs.block_graph`, smaller than `--graphs blocks`' so that a run
 takes minutes): a banded mesh of 3 and of 6 unknowns per node (100% fill of the stored blocks) and
@@ -54,7 +57,7 @@ def load(spec: str) -> tuple[str, scipy.sparse.csr_matrix, int]:
     return Path(path).stem, A, int(b)
 
 
-def candidates(op: str, A, b: int, width: int, rng) -> tuple[dict, object]:
+def candidates(op: str, A, b: int, width: int, rng, threads: int = 2) -> tuple[dict, object]:
     """name -> call, and the reference result (scipy, float64)."""
     import sparsetir_py as sp
 
@@ -73,6 +76,11 @@ def candidates(op: str, A, b: int, width: int, rng) -> tuple[dict, object]:
         calls["auto"] = spmm("auto")
         for s in CSR_SCHEDULES[op]:
             calls[s] = spmm(s, format="csr", schedule=s)
+        if A.shape[0] % b == 0 and A.shape[1] % b == 0:  # scipy's BSR takes whole blocks only
+            Ab = A.tobsr((b, b))
+            out = outs.setdefault("bsr_in", np.empty((m, width), np.float32))
+            calls["bsr_in"] = lambda: sp.ops.spmm(Ab, B, out=out, format="bsr", block_size=b)
+            calls.update(mkl_calls(A, Ab, B, threads))
         return calls, ref
     X = rng.uniform(-1, 1, (m, width)).astype(np.float32)
     Y = rng.uniform(-1, 1, (n, width)).astype(np.float32)
@@ -82,6 +90,22 @@ def candidates(op: str, A, b: int, width: int, rng) -> tuple[dict, object]:
     for s in CSR_SCHEDULES[op]:
         calls[s] = lambda s=s: sp.ops.sddmm(A, X, Y, format="csr", schedule=s)
     return calls, ref
+
+
+def mkl_calls(A, Ab, B, threads: int) -> dict:
+    """MKL's SpMM (`sparse_dot_mkl`) from the CSR and from the BSR matrix, where it is installed."""
+    import os
+
+    from .libraries import LIBRARIES
+
+    mkl = LIBRARIES["mkl"]
+    if mkl.missing() is not None:
+        return {}
+    os.environ.update(mkl.env())  # before `sparse_dot_mkl` loads MKL
+    mkl.set_threads(threads)
+    from sparse_dot_mkl import dot_product_mkl
+
+    return {"mkl_csr": lambda: dot_product_mkl(A, B), "mkl_bsr": lambda: dot_product_mkl(Ab, B)}
 
 
 def sddmm_reference(A, X, Y, chunk: int = 1 << 18) -> np.ndarray:
@@ -112,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", nargs="*", type=int, default=[32, 128, 512])
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of timed rounds per case")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--baselines", nargs="*", default=["mkl"], help="mkl: MKL's SpMM (CSR, BSR) if installed")
     args = parser.parse_args(argv)
 
     import numba
@@ -122,23 +147,33 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     command = "python -m bench.bsr_paired " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"`{command}` ({args.threads} threads, medians of interleaved rounds, ms)\n")
-    print("| op | matrix | nnz | b | width | BSR | auto | best CSR (schedule) | best CSR / BSR | auto / BSR | rounds |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| op | matrix | nnz | b | width | BSR | BSR (bsr in) | auto | best CSR (schedule) | MKL csr / bsr | "
+        "best CSR / BSR | best CSR / BSR (bsr in) | best MKL / BSR (bsr in) | auto / BSR | rounds |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in args.matrix:
         name, A, b = load(spec)
         for op in args.ops:
             for width in args.widths:
-                calls, ref = candidates(op, A, b, width, rng)
+                calls, ref = candidates(op, A, b, width, rng, args.threads)
+                if "mkl" not in args.baselines:
+                    calls = {k: v for k, v in calls.items() if not k.startswith("mkl")}
                 for call in calls.values():  # compile, tune (auto), check
                     check(op, call(), ref)
                 times = time_interleaved(calls, budget=args.budget, min_rounds=7, warmup=1)
                 med = {k: v * 1e3 for k, v in medians(times).items()}
                 csr = min(CSR_SCHEDULES[op], key=lambda s: med[s])
                 rounds = len(times["bsr"])
+                na = float("nan")
+                bsr_in = med.get("bsr_in", na)
+                mkl = min(med.get("mkl_csr", na), med.get("mkl_bsr", na))
                 print(
-                    f"| {op} | {name} | {A.nnz} | {b} | {width} | {med['bsr']:.3f} | {med['auto']:.3f} | "
-                    f"{med[csr]:.3f} ({csr}) | {med[csr] / med['bsr']:.2f}x | {med['auto'] / med['bsr']:.2f}x | "
-                    f"{rounds} |",
+                    f"| {op} | {name} | {A.nnz} | {b} | {width} | {med['bsr']:.3f} | {bsr_in:.3f} | "
+                    f"{med['auto']:.3f} | "
+                    f"{med[csr]:.3f} ({csr}) | {med.get('mkl_csr', na):.3f} / {med.get('mkl_bsr', na):.3f} | "
+                    f"{med[csr] / med['bsr']:.2f}x | {med[csr] / bsr_in:.2f}x | {mkl / bsr_in:.2f}x | "
+                    f"{med['auto'] / med['bsr']:.2f}x | {rounds} |",
                     flush=True,
                 )
     return 0

@@ -21,7 +21,7 @@ def choose(op: str, run: Callable, A, dense, target: str, params: dict) -> dict:
     """Keyword arguments of `run` (`sp.ops.spmm` / `sp.ops.sddmm`) for this matrix and width."""
     if params:
         raise InputError(f"format 'auto' takes no parameters, got {', '.join(params)}")
-    csr = as_csr(A)
+    csr = as_csr(A, values=False)  # the structure and the values' dtype: no gather of a converted A's values
     name = "B" if op == "spmm" else "X"
     D = read_array(dense, name)
     if not isinstance(D, np.ndarray) or D.ndim != 1:  # a 1-D B (SpMV) is one column
@@ -31,7 +31,7 @@ def choose(op: str, run: Callable, A, dense, target: str, params: dict) -> dict:
     dtype = value_dtype(csr.dtype, D.dtype)
     key = (csr.shape, op, feat, target, dtype.str)
     choice = CHOICES.get(csr.indptr, csr.indices, *key)
-    if choice is None:
-        choice = tuning.tune(op, csr, feat, target, run=run, progress=False, dtype=dtype).ops_kwargs()
+    if choice is None:  # the tuner runs its candidates on A's values
+        choice = tuning.tune(op, as_csr(A), feat, target, run=run, progress=False, dtype=dtype).ops_kwargs()
         CHOICES.put(csr.indptr, csr.indices, key, choice)
     return choice

@@ -32,7 +32,8 @@ def _pieces(size: int, threads: int | None) -> int | None:
     `PARALLEL_ELEMENTS`, or `threads=1`), else `threads` (None: Numba's setting)."""
     if size < PARALLEL_ELEMENTS or threads == 1:
         return None
-    return min(threads or numba.get_num_threads(), numba.get_num_threads())
+    count = min(threads or numba.get_num_threads(), numba.get_num_threads())
+    return count if count > 1 else None
 
 
 def _run(serial, parallel, threads: int | None, *args):
