@@ -165,12 +165,12 @@ def test_threads_caps_numba_during_the_call(monkeypatch):
     from sparsetir_py.runtime import kernel as runtime_kernel
 
     seen = []
-    real = runtime_kernel._run_numba
+    real = runtime_kernel.run_capped
 
     def spy(fn, values, threads):
         real(lambda *v: (seen.append(numba.get_num_threads()), fn(*v)), values, threads)
 
-    monkeypatch.setattr(runtime_kernel, "_run_numba", spy)
+    monkeypatch.setattr(runtime_kernel, "run_capped", spy)
     before = numba.get_num_threads()
     A = sp.data.load_matrix("karate")
     np.testing.assert_allclose(sp.ops.spmm(A, np.ones((34, 2), np.float32), threads=1), A @ np.ones((34, 2)))

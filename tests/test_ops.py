@@ -111,13 +111,13 @@ def test_small_calls_run_on_one_thread_with_the_same_result(grain, monkeypatch):
 
     monkeypatch.setattr(threads, "PARALLEL_GRAIN", grain)
     seen = []
-    original = sp.runtime.kernel._run_numba
+    original = sp.runtime.kernel.run_capped
 
     def spy(fn, values, threads):
         seen.append(threads)
         return original(fn, values, threads)
 
-    monkeypatch.setattr(sp.runtime.kernel, "_run_numba", spy)
+    monkeypatch.setattr(sp.runtime.kernel, "run_capped", spy)
     A = load_matrix("cora")
     rng = np.random.default_rng(3)
     B = rng.standard_normal((A.shape[1], 8)).astype(np.float32)
@@ -130,22 +130,22 @@ def test_small_calls_run_on_one_thread_with_the_same_result(grain, monkeypatch):
 
 
 def test_threads_are_capped_during_the_call_and_restored():
-    """`_run_numba` runs the kernel with min(threads, current) Numba threads (the threading layer's
+    """`run_capped` runs the kernel with min(threads, current) Numba threads (the threading layer's
     own setters, not the public functions' checks: 16-28 us a small call) and restores the count,
     also when the kernel raises."""
     import numba
 
     before = numba.get_num_threads()
     seen = []
-    sp.runtime.kernel._run_numba(lambda: seen.append(numba.get_num_threads()), [], 1)
-    sp.runtime.kernel._run_numba(lambda: seen.append(numba.get_num_threads()), [], before + 5)
+    sp.runtime.kernel.run_capped(lambda: seen.append(numba.get_num_threads()), [], 1)
+    sp.runtime.kernel.run_capped(lambda: seen.append(numba.get_num_threads()), [], before + 5)
     assert seen == [1, before] and numba.get_num_threads() == before
 
     def fails():
         raise ValueError("inside")
 
     with pytest.raises(ValueError, match="inside"):
-        sp.runtime.kernel._run_numba(fails, [], 1)
+        sp.runtime.kernel.run_capped(fails, [], 1)
     assert numba.get_num_threads() == before
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..runtime.kernel import _run_numba
+from ..runtime.kernel import run_capped
 
 _FLAGS = {"boundscheck": False, "error_model": "numpy", "cache": True, "nogil": True}
 #: Below this many elements a helper runs on one thread, whatever the call's `threads`.
@@ -41,7 +41,7 @@ def _run(serial, parallel, threads: int | None, *args):
     if threads is None:
         return serial(*args)
     # The count is an argument: `numba.get_num_threads()` inside would keep Numba from caching.
-    return _run_numba(parallel, [*args, threads], threads)
+    return run_capped(parallel, [*args, threads], threads)
 
 
 @numba.njit(inline="always", **_FLAGS)

@@ -158,7 +158,7 @@ class CPUKernel(Kernel):
         values = self._values(args, kwargs, check_structure)
         if threads is not None:
             threads = positive_int("`threads`", threads)
-        _run_numba(self._fn, values, threads)
+        run_capped(self._fn, values, threads)
         self._raise_if_missed(values)
 
     def runner(self, check_structure: bool = True, threads: int | None = None, **kwargs: Any) -> Callable[[dict], None]:
@@ -170,11 +170,11 @@ class CPUKernel(Kernel):
         plan = self._plan(bound)
         fn = self._fn
         if not self._flags:
-            return lambda arrays: _run_numba(fn, [step(arrays) for step in plan], threads)
+            return lambda arrays: run_capped(fn, [step(arrays) for step in plan], threads)
 
         def run(arrays: dict) -> None:
             values = [step(arrays) for step in plan]
-            _run_numba(fn, values, threads)
+            run_capped(fn, values, threads)
             self._raise_if_missed(values)
 
         return run
@@ -224,7 +224,7 @@ class CPUKernel(Kernel):
 _MAX_PLANS = 32
 
 
-def _run_numba(fn: Any, values: list, threads: int | None) -> Any:
+def run_capped(fn: Any, values: list, threads: int | None) -> Any:
     """`fn(*values)` with Numba's threads capped at `threads` for the call (None: as set)."""
     if threads is None:
         return fn(*values)
