@@ -213,6 +213,37 @@ def test_repeated_calls_skip_the_checks_and_still_see_every_change(format, monke
         ops.sddmm(A, X, Y, format=format)
 
 
+@pytest.mark.parametrize("kind", ["csc", "bsr"])
+@pytest.mark.parametrize("format", ["auto", "csr"])
+def test_repeated_calls_of_a_converted_input_and_with_out(kind, format, monkeypatch):
+    """A CSC or BSR A (converted to CSR once per structure) and SpMM with `out=` repeat as a
+    canonical CSR A does: no full path on later calls, the values of each call (changed in
+    place or replaced), and `out` checked on every call."""
+    A = load_matrix("citeseer").astype(np.float32)  # 3327 rows: whole 3 x 3 blocks
+    M = A.tocsc() if kind == "csc" else A.tobsr((3, 3))
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((A.shape[0], 16)).astype(np.float32)
+    Y = rng.standard_normal((A.shape[1], 16)).astype(np.float32)
+    out = np.empty((A.shape[0], 16), np.float32)
+    ops.spmm(M, Y, format=format, out=out), ops.sddmm(M, X, Y, format=format)
+    slow = _slow_path_calls(monkeypatch)
+    for step in range(3):
+        assert ops.spmm(M, Y, format=format, out=out) is out
+        np.testing.assert_allclose(out, M @ Y, rtol=1e-4, atol=1e-4)
+        canonical = M.tocsr()
+        canonical.sort_indices()
+        S = ops.sddmm(M, X, Y, format=format)
+        np.testing.assert_array_equal(S.indices, canonical.indices)
+        np.testing.assert_allclose(S.data, sddmm_reference(canonical, X, Y), rtol=1e-4, atol=1e-4)
+        if step == 0:
+            M.data *= -2  # in place
+        else:
+            M.data = rng.standard_normal(M.data.shape).astype(np.float32)  # a new array
+    assert slow == []
+    with pytest.raises(sp.InputError, match="`out` must have shape"):
+        ops.spmm(M, Y, format=format, out=np.empty((A.shape[0], 15), np.float32))
+
+
 def test_repeated_calls_follow_a_new_structure():
     """Replacing A's indptr/indices (same shape and nnz) is seen: the remembered call is keyed on
     the arrays' identity and holds them weakly."""

@@ -92,39 +92,40 @@ OPERATORS = {
 def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads, params, run: Callable):
     """`op` on A and its dense operands (`run` is the public operator, which `auto` times)."""
     decomposed = not (isinstance(format, str) and format in ("auto", "csr"))
-    if decomposed:  # a composable format: its call checks `out` itself (`_call_parts`)
+    if decomposed or not params:  # a repeated call checks `out` itself (its `op.result`)
         key = repeat.repeat_key(op.name, A, dense, format, target, schedule, threads, params, out)
-    elif out is None and not params:
-        key = repeat.repeat_key(op.name, A, dense, format, target, schedule, threads)
     else:
         key = None
     call = repeat.repeated(key, A, dense)
     if call is not None:
-        return call(A, *dense, out=out) if decomposed else call(A, *dense)
+        return call(A, *dense, out=out)
     if isinstance(format, str) and format == "auto" and schedule is not None:
         format = "csr"  # a schedule of the caller's: CSR's, as before formats were chosen
     if isinstance(format, str) and format == "auto":
         choice = auto.choose(op.name, run, A, dense[0], target, params)
         outs = {"out": out} if out is not None else {}
         result = run(A, *dense, target=target, threads=threads, **outs, **choice)
-        repeat.alias(key, op.name, A, dense, target, choice, threads)
+        repeat.alias(key, op.name, A, dense, target, choice, threads, out)
         return result
     threads = check_threads(threads, target)
     csr_format = isinstance(format, str) and format == "csr"
     module = None if csr_format else parts.format_module(format)
     if csr_format and params:
         raise InputError(f"format 'csr' takes no parameters, got {', '.join(params)}")
-    # SpMM in a decomposed format on the CPU gathers a converted input's values from `A.data`
-    # into the parts' slots itself (`parts.Conversion.values`' `take`): no CSR values for it.
+    # An input converted once per structure (`operands.reordering`) on the CPU: SpMM in a
+    # decomposed format gathers its values from `A.data` into the parts' slots itself
+    # (`parts.Conversion.values`' `take`), so its CSR form needs no values.
     order = None
-    if module is not None and op.name == "spmm" and target == "cpu" and scipy.sparse.issparse(A):
-        order = None if A.format == "csr" and structure_checked(A) else reordering(A)
-    csr = as_csr(A, values=order is None)
+    if target == "cpu" and scipy.sparse.issparse(A) and not (A.format == "csr" and structure_checked(A)):
+        order = reordering(A)
+    csr = as_csr(A, values=order is None or module is None or op.name != "spmm")
     dtype, operands, feat = dense_operands(op.name, csr.shape, csr.dtype, dense)
     inputs = (*operands, A.data if hasattr(A, "data") else None)
+    # A later call with this key repeats this one's kernel (`repeat`): A itself, or a converted A
+    # whose structure arrays are `indptr` and `indices` (not COO's).
+    same_matrix = csr is A or (order is not None and A.format in ("csr", "csc", "bsr"))
     if module is not None:
-        # A later call with this key repeats this one's kernel and conversion (`_call_parts`).
-        reusable = key is not None and target == "cpu" and csr is A and all(X is D for X, D in zip(operands, dense))
+        reusable = key is not None and target == "cpu" and same_matrix and all(X is D for X, D in zip(operands, dense))
         return _call_parts(
             op,
             csr,
@@ -154,14 +155,18 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
     sizes = {"m": m, "n": n, "nnz": csr.nnz, **({"feat": feat} if "feat" in kernel.parameters else {})}
     checked = structure_checked(csr)
     threading = thread_args(target, csr.nnz * feat, threads)
-    reusable = key is not None and target == "cpu" and csr is A and data is A.data
+    reusable = key is not None and target == "cpu" and same_matrix and (data is A.data or order is not None)
     if reusable and all(X is D for X, D in zip(operands, dense)):
         runner = kernel.runner(check_structure=not checked, **threading, **args, **sizes)
         runner(args)
 
-        def again(A, *dense, runner=runner, csr=csr, feat=feat, dtype=dtype):
-            result = op.result(csr, feat, dtype, None, ())
-            runner({"a": A.data, **dict(zip(op.args, dense)), "c": result, "indptr": A.indptr, "indices": A.indices})
+        def again(A, *dense, out=None, runner=runner, csr=csr, feat=feat, dtype=dtype, order=order):
+            inputs = (*dense, A.data)
+            if order is not None:  # a converted A: its values gathered into CSR's order
+                A = order.matrix(A)
+            result = op.result(csr, feat, dtype, out, inputs)
+            data = A.data if order is None else np.ascontiguousarray(A.data, dtype=dtype)
+            runner({"a": data, **dict(zip(op.args, dense)), "c": result, "indptr": A.indptr, "indices": A.indices})
             return op.finish(A, result)
 
         repeat.remember(key, A, again)
@@ -205,7 +210,7 @@ def _call_parts(
     call_threads = threading.get("threads")  # the per-call passes over A's values run on as many
     wanted = set(kernel.parameters)
 
-    def arguments(csr, operands, out, inputs) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+    def arguments(csr, operands, out, inputs, source) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
         """The kernel's arguments, SpMM's result (as returned) and SDDMM's flat output buffer."""
         if scaled:
             values = conversion.ones(dtype)
@@ -237,7 +242,7 @@ def _call_parts(
         )
         return op.finish(csr, back)
 
-    args, result, flat = arguments(csr, operands, out, inputs)
+    args, result, flat = arguments(csr, operands, out, inputs, source)
     parts.run_parts(kernel, conversion, args, threading)
     if key is not None:
         runner = kernel.runner(check_structure=False, **threading, **args)
@@ -245,11 +250,17 @@ def _call_parts(
         def again(A, *dense, out=None):
             if op.name == "spmm" and not parts.padding_is_exact(conversion, pad, dense[0]):
                 return _call(op, A, dense, "csr", target, None, out, threads, {}, None)
-            args, result, flat = arguments(A, dense, out, (*dense, A.data))
+            if source is None:
+                args, result, flat = arguments(A, dense, out, (*dense, A.data), None)
+                runner(args)
+                return finish(A, args, result, flat, out)
+            # A converted input of the first call's structure (`repeat.repeated` checked its
+            # arrays): the first call's CSR form, A's values from its own `data`.
+            args, result, flat = arguments(csr, dense, out, (*dense, A.data), (A, source[1]))
             runner(args)
-            return finish(A, args, result, flat, out)
+            return finish(csr, args, result, flat, out)
 
-        repeat.remember(key, csr, again)
+        repeat.remember(key, csr if source is None else source[0], again)
     return finish(csr, args, result, flat, out)
 
 

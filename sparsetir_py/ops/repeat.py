@@ -14,23 +14,22 @@ from collections.abc import Callable
 
 import numpy as np
 
-#: key -> (indptr ref, indices ref, nnz, call): at most `MAX_REPEAT`, oldest dropped first.
+#: key -> (indptr ref, indices ref, data's shape, call): at most `MAX_REPEAT`, oldest dropped first.
 REPEAT: dict[tuple, tuple] = {}
 MAX_REPEAT = 64
 
 
 def repeat_key(op: str, A, dense: tuple, format, target, schedule, threads, params=None, out=None) -> tuple | None:
-    """What the checks of this call depend on, or None where it cannot repeat one. A decomposed
-    format's call (`params`, `out=`) is keyed by its parameters and whether `out` is given; its
-    call checks `out` itself."""
+    """What the checks of this call depend on, or None where it cannot repeat one. A call is
+    keyed by its format's parameters and whether `out` is given; the repeated call checks `out`
+    itself."""
     data = getattr(A, "data", None)
     if type(data) is not np.ndarray or any(type(D) is not np.ndarray for D in dense):
         return None
     operands = tuple((D.dtype, D.shape) for D in dense)
     key = (op, type(A), id(getattr(A, "indptr", None)), id(getattr(A, "indices", None)), A.shape, data.dtype,
            operands, format, target, schedule, threads)  # fmt: skip
-    if params is not None:
-        key = (*key, tuple(sorted(params.items())), out is not None)
+    key = (*key, tuple(sorted((params or {}).items())), out is not None)
     try:
         hash(key)
     except TypeError:  # an unhashable argument (the slow path names what is wrong with it)
@@ -43,13 +42,12 @@ def repeated(key: tuple | None, A, dense: tuple) -> Callable | None:
     entry = REPEAT.get(key) if key is not None else None
     if entry is None:
         return None
-    indptr, indices, nnz, call = entry
+    indptr, indices, shape, call = entry
     data = A.data
     if (
         indptr() is not A.indptr
         or indices() is not A.indices
-        or data.ndim != 1
-        or len(data) != nnz
+        or data.shape != shape
         or not data.flags.c_contiguous
         or not all(D.flags.c_contiguous for D in dense)
     ):
@@ -63,14 +61,15 @@ def remember(key: tuple | None, A, call: Callable) -> None:
         return
     if len(REPEAT) >= MAX_REPEAT:
         REPEAT.pop(next(iter(REPEAT)))
-    REPEAT[key] = (weakref.ref(A.indptr), weakref.ref(A.indices), len(A.indices), call)
+    REPEAT[key] = (weakref.ref(A.indptr), weakref.ref(A.indices), A.data.shape, call)
 
 
-def alias(key: tuple | None, op: str, A, dense: tuple, target, choice: dict, threads) -> None:
+def alias(key: tuple | None, op: str, A, dense: tuple, target, choice: dict, threads, out=None) -> None:
     """After a `format="auto"` call: its key runs what the chosen configuration's call left."""
-    if key is None or set(choice) - {"format", "schedule"}:
+    if key is None:
         return
-    inner = repeat_key(op, A, dense, choice.get("format", "auto"), target, choice.get("schedule"), threads)
+    params = {k: v for k, v in choice.items() if k not in ("format", "schedule")}
+    inner = repeat_key(op, A, dense, choice.get("format", "auto"), target, choice.get("schedule"), threads, params, out)
     entry = REPEAT.get(inner) if inner is not None else None
     if entry is not None:
         REPEAT[key] = entry
