@@ -188,6 +188,7 @@ def _reordered(A) -> Reordered | None:
             return None  # canonical already
         take = None
     STRUCTURES.put(csr.indptr, csr.indices, (csr.shape,), True)
+    csr.data = csr.data[:0]  # the numbers are in `take`: the template keeps the structure only
     return Reordered(csr, take, A.data.size)
 
 

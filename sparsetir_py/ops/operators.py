@@ -24,6 +24,7 @@ from ..operands import (
     remember_structure,
     reordering,
     structure_checked,
+    with_data,
 )
 from ..runtime.device import is_device_sparse
 from . import auto, device, parts, repeat
@@ -75,9 +76,7 @@ def with_values(csr, values: np.ndarray):
     int64 indices that fit int32) and A's checked canonical flags, and costs ~1 us on
     adder_dcop_05 where the constructor (`_with_data`) costs ~9 us (`copy.copy`, which does the
     same through `__reduce_ex__`, ~2 us)."""
-    result = object.__new__(type(csr))
-    result.__dict__.update(csr.__dict__)
-    result.data = values
+    result = with_data(csr, values)
     result.indices = csr.indices.copy()
     result.indptr = csr.indptr.copy()
     return result
