@@ -44,20 +44,25 @@ class StructureCache:
     """Values remembered per sparse structure: keyed by the identity of a matrix's `indptr` and
     `indices` arrays (held weakly: an entry goes when either array does) and by whatever else the
     value depends on. Identity, not contents: hashing the arrays would cost the O(nnz) pass the
-    cache is there to save."""
+    cache is there to save. A numpy view's identity is the memory it reads: the array that owns
+    that memory (held weakly), the view's first byte and its layout. So `A.T` (a CSC matrix whose
+    `indices` is a new view of A's on every call) finds what the last `A.T` left, as the same
+    array object would: the same bytes, read the same way."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple, tuple] = {}
 
     def get(self, indptr, indices, *key: Hashable):
-        """The value remembered for these exact arrays and `key`, or None."""
-        entry = self._entries.get((id(indptr), id(indices), *key))
-        if entry is None or entry[0]() is not indptr or entry[1]() is not indices:
+        """The value remembered for these arrays (or views of the same memory) and `key`, or None."""
+        (o1, k1), (o2, k2) = _identity(indptr), _identity(indices)
+        entry = self._entries.get((k1, k2, *key))
+        if entry is None or entry[0]() is not o1 or entry[1]() is not o2:
             return None
         return entry[2]
 
     def put(self, indptr, indices, key: tuple, value) -> None:
-        full = (id(indptr), id(indices), *key)
+        (o1, k1), (o2, k2) = _identity(indptr), _identity(indices)
+        full = (k1, k2, *key)
         entries = self._entries
 
         def forget(_ref, full=full):
@@ -66,13 +71,27 @@ class StructureCache:
             if entry is not None and (entry[0]() is None or entry[1]() is None):
                 del entries[full]
 
-        entries[full] = (weakref.ref(indptr, forget), weakref.ref(indices, forget), value)
+        entries[full] = (weakref.ref(o1, forget), weakref.ref(o2, forget), value)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _identity(array) -> tuple[object, tuple]:
+    """(the object whose life an entry follows, the key it is found by) for a structure array:
+    the array itself, or for a numpy view the array owning its memory and the view's first byte,
+    shape, strides and dtype."""
+    owner = array.base if isinstance(array, np.ndarray) else None
+    if owner is None:
+        return array, (id(array),)
+    view = array
+    while isinstance(owner, np.ndarray):
+        array, owner = owner, owner.base
+    where = view.__array_interface__["data"][0]
+    return array, (id(array), where, view.shape, view.strides, view.dtype.str)
 
 
 #: The structures `as_csr` checked (value True), by (indptr, indices, shape).
@@ -126,7 +145,7 @@ class Reordered:
     none (its values are sums: converted per call)."""
 
     template: scipy.sparse.csr_matrix | scipy.sparse.csr_array  #: the structure (its data unused)
-    take: np.ndarray | None  #: np.intp, the flat position in `A.data` of each value; None: in order
+    take: np.ndarray | None  #: int32/int64, the flat position in `A.data` of each value; None: in order
     stored: int  #: the input's number of stored values (`A.data.size`)
 
     def matrix(self, A, name: str = "A", values: bool = True):
@@ -143,8 +162,11 @@ class Reordered:
             taken = np.broadcast_to(np.array(np.nan, dtype), (nnz,))
         elif self.take is None:
             taken = np.ascontiguousarray(data.reshape(-1)[:nnz], dtype=dtype)
-        else:
-            taken = np.take(data.reshape(-1), self.take).astype(dtype, copy=False)
+        else:  # one compiled pass, on Numba's threads for a large A (1.4M values: np.take 2.4 ms)
+            from .runtime.slots import gather
+
+            flat = np.ascontiguousarray(data.reshape(-1), dtype=dtype)
+            taken = gather(flat, self.take, np.empty(nnz, dtype), None) if nnz else np.empty(0, dtype)
         return with_data(self.template, taken)
 
     @property
@@ -182,7 +204,8 @@ def _reordered(A) -> Reordered | None:
     csr = canonical(numbered)
     if csr.nnz != numbered.data.size:
         return None  # duplicates were summed
-    take = csr.data.astype(np.intp) - 1
+    # the smallest index dtype that holds A's positions (`runtime.slots.gather` reads it)
+    take = csr.data.astype(np.int64 if A.data.size > np.iinfo(np.int32).max else np.int32) - 1
     if np.array_equal(take, np.arange(len(take))):
         if A.format == "csr" and csr.indptr is A.indptr and csr.indices is A.indices:
             return None  # canonical already

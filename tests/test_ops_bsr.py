@@ -296,8 +296,8 @@ def test_bsr_values_changed_in_place_are_gathered_again():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_same_compares_bytes(threads, monkeypatch):
-    from sparsetir_py.ops import slots
-    from sparsetir_py.ops.slots import SAME_CHUNK, same
+    from sparsetir_py.runtime import slots
+    from sparsetir_py.runtime.slots import SAME_CHUNK, same
 
     monkeypatch.setattr(slots, "PARALLEL_ELEMENTS", 8)  # the parallel helpers on small arrays
     a = np.arange(5 * SAME_CHUNK + 5, dtype=np.float32)
@@ -315,7 +315,7 @@ def test_same_compares_bytes(threads, monkeypatch):
 def test_gather_and_scaled_on_threads(threads, monkeypatch):
     """`gather` and `scaled` on one thread and on two give numpy's answer: 0 for a padding slot
     (-1) and for the extra slot of a nonzero no part holds."""
-    from sparsetir_py.ops import slots
+    from sparsetir_py.runtime import slots
 
     monkeypatch.setattr(slots, "PARALLEL_ELEMENTS", 8)
     rng = np.random.default_rng(3)

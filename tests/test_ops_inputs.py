@@ -550,3 +550,32 @@ def test_converted_inputs_keep_their_structure_and_follow_their_values(kind):
     A.data = A.data[:-1]  # one value (BSR: one block) too few for the structure remembered
     with pytest.raises(sp.InputError, match=r"`A.data` has \d+ (entries|blocks)"):
         as_csr(A)
+
+
+def test_structure_caches_know_views_of_the_same_memory(monkeypatch):
+    """`A.T` is a new CSC matrix whose `indices` is a new view of A's each time: the caches keyed
+    on structure arrays find what the last `A.T` left (a view's identity is the memory it reads),
+    so converting A.T's structure (and a format's decomposition of it) happens once."""
+    from sparsetir_py import operands
+    from sparsetir_py.operands import StructureCache
+
+    cache = StructureCache()
+    owner = np.arange(10)
+    cache.put(owner[2:], owner[:3], ("k",), 1)
+    assert cache.get(owner[2:], owner[:3], "k") == 1  # new view objects, the same memory
+    assert cache.get(owner[3:], owner[:3], "k") is None  # another first byte
+    assert cache.get(owner[2::2], owner[:3], "k") is None  # another layout
+    assert cache.get(owner[2:].copy(), owner[:3], "k") is None  # another array, the same values
+    del owner
+    gc.collect()
+    assert len(cache) == 0  # the entry went with the memory's owner
+
+    A = load_matrix("cora").astype(np.float32)
+    B = np.random.default_rng(1).standard_normal((A.shape[0], 4)).astype(np.float32)
+    made = []
+    original = operands._reordered
+    monkeypatch.setattr(operands, "_reordered", lambda M: made.append(1) or original(M))
+    for _ in range(3):
+        np.testing.assert_allclose(sp.ops.spmm(A.T, B), A.T @ B, rtol=1e-4, atol=1e-4)
+        A.data = A.data * 2  # new values: seen through the next A.T
+    assert made == [1]

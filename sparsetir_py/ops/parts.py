@@ -25,11 +25,11 @@ import numpy as np
 from ..errors import FormatError, InputError
 from ..format import FormatRewriteRule, decompose, parameter_names, rules_of
 from ..operands import StructureCache
+from ..runtime import slots
 from ..runtime.kernel import Kernel
-from . import slots
+from ..runtime.slots import gather
 from .kernels import KernelKey, compiled, fixed_width, resolve_schedule
 from .scripts import SCRIPTS
-from .slots import gather
 
 #: A format of more parts than this compiles only the parts that store a nonzero of A.
 PRUNE_PARTS_OVER = 8
@@ -97,7 +97,7 @@ class Conversion:
         if last is not None and last[0] is take:
             return last[1]
         index = self.slot_index
-        composed = np.where(index >= 0, take[np.maximum(index, 0)], -1).astype(_index_dtype(len(take)))
+        composed = np.where(index >= 0, take[np.maximum(index, 0)], -1).astype(take.dtype)
         if len(composed) == len(take) and np.array_equal(composed, np.arange(len(take))):
             composed = None
         self._take = (take, composed)

@@ -1,4 +1,5 @@
-"""The per-call host work of a decomposed format, compiled: A's values into the parts' slots, an
+"""The per-call host passes of `sp.ops`, compiled: A's values into a decomposed format's slots (or a
+converted input's into CSR's order, `operands.Reordered`), an
 SDDMM's results back to A's order, and the inf/NaN check on the rows of B that padding reads.
 
     gather(data, index, out)       # out[s] = data[index[s]], or 0 where index[s] < 0 (padding)
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..runtime.kernel import run_capped
+from .kernel import run_capped
 
 _FLAGS = {"boundscheck": False, "error_model": "numpy", "cache": True, "nogil": True}
 #: Below this many elements a helper runs on one thread, whatever the call's `threads`.
