@@ -283,7 +283,9 @@ def spmm(
     as on kernels (by default small calls run on one thread, the rest on Numba's setting).
 
     `A` may be any scipy format; its arrays are checked before scipy converts it (`sp.InputError`
-    for a broken structure or a non-numeric `B`). `format="auto"` (the default) runs what
+    for a broken structure or a non-numeric `B`). A CSC, COO or BSR `A` (`A.T` of a CSR matrix
+    too) is converted once per structure: later calls gather only its values, and a BSR `A` in
+    `format="bsr"` of its block size is read in place. `format="auto"` (the default) runs what
     `sp.tune.spmm` chose for A's structure and this width: tuned once per structure (remembered
     in memory and on disk), by the cost model alone below `sp.tune.TIMING_GRAIN` multiply-adds,
     else by timing the model's best candidates (a few seconds, once); a `schedule=` with the
