@@ -128,9 +128,12 @@ def as_csr(A, name: str = "A", values: bool = True) -> scipy.sparse.csr_matrix:
         check_values(A.data, len(A.indices), name)
         return A
     order = reordering(A, name)
-    if order is None:
-        return canonical(native(check_matrix(A, name)))
-    return order.matrix(A, name, values)
+    if order is not None:
+        return order.matrix(A, name, values)
+    if A.format == "csr" and structure_checked(A):  # `reordering` checked it, and it is canonical
+        check_values(A.data, len(A.indices), name)
+        return A
+    return canonical(native(check_matrix(A, name)))
 
 
 #: The canonical CSR structure of an input that is not one, by the input's structure arrays.
@@ -200,6 +203,9 @@ def _reordered(A) -> Reordered | None:
     converted as `as_csr` converts (`native`, `canonical`), so each CSR value names its source."""
     if not isinstance(A.data, np.ndarray):
         return None
+    if A.format == "csr" and canonical(native(A)) is A:  # canonical already: checked, no numbering
+        STRUCTURES.put(A.indptr, A.indices, (A.shape,), True)
+        return None
     numbered = native(with_data(A, np.arange(1, A.data.size + 1, dtype=np.float64).reshape(A.data.shape)))
     csr = canonical(numbered)
     if csr.nnz != numbered.data.size:
@@ -207,8 +213,6 @@ def _reordered(A) -> Reordered | None:
     # the smallest index dtype that holds A's positions (`runtime.slots.gather` reads it)
     take = csr.data.astype(np.int64 if A.data.size > np.iinfo(np.int32).max else np.int32) - 1
     if np.array_equal(take, np.arange(len(take))):
-        if A.format == "csr" and csr.indptr is A.indptr and csr.indices is A.indices:
-            return None  # canonical already
         take = None
     STRUCTURES.put(csr.indptr, csr.indices, (csr.shape,), True)
     csr.data = csr.data[:0]  # the numbers are in `take`: the template keeps the structure only
