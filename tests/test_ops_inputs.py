@@ -501,12 +501,7 @@ def test_spmm_result_is_fresh_on_degenerate_shapes(shape):
 def _kinds_of(A: sps.csr_matrix, rng) -> dict:
     """A in every stored form `as_csr` converts once per structure (and COO with a duplicate,
     which it converts per call)."""
-    unsorted = A.copy()
-    for i in range(A.shape[0]):
-        s, e = unsorted.indptr[i], unsorted.indptr[i + 1]
-        p = rng.permutation(e - s)
-        unsorted.indices[s:e], unsorted.data[s:e] = unsorted.indices[s:e][p], unsorted.data[s:e][p]
-    unsorted.has_sorted_indices = False
+    unsorted = _unsorted(A, rng)
     coo = A.tocoo()
     duplicate = sps.coo_matrix(
         (np.append(coo.data, 1.5), (np.append(coo.row, coo.row[:1]), np.append(coo.col, coo.col[:1]))), shape=A.shape
@@ -521,6 +516,17 @@ def _kinds_of(A: sps.csr_matrix, rng) -> dict:
         "int64": sps.csr_matrix((A.data, A.indices.astype(np.int64), A.indptr), shape=A.shape),
         "duplicate": duplicate,
     }
+
+
+def _unsorted(A: sps.csr_matrix, rng) -> sps.csr_matrix:
+    """A copy of A with each row's entries in a random order."""
+    unsorted = A.copy()
+    for i in range(A.shape[0]):
+        s, e = unsorted.indptr[i], unsorted.indptr[i + 1]
+        p = rng.permutation(e - s)
+        unsorted.indices[s:e], unsorted.data[s:e] = unsorted.indices[s:e][p], unsorted.data[s:e][p]
+    unsorted.has_sorted_indices = False
+    return unsorted
 
 
 @pytest.mark.parametrize("kind", ["csc", "coo", "coo_array", "bsr", "bsr_int16", "unsorted", "int64", "duplicate"])
@@ -579,3 +585,32 @@ def test_structure_caches_know_views_of_the_same_memory(monkeypatch):
         np.testing.assert_allclose(sp.ops.spmm(A.T, B), A.T @ B, rtol=1e-4, atol=1e-4)
         A.data = A.data * 2  # new values: seen through the next A.T
     assert made == [1]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    A=csr_matrices(max_rows=12, max_cols=12),
+    kind=st.sampled_from(["csc", "coo", "bsr", "unsorted"]),
+    seed=st.integers(0, 99),
+)
+def test_converted_inputs_equal_scipys_conversion(A, kind, seed):
+    """Random matrices (empty rows and matrices, int32/int64, float32/float64) in another format:
+    `as_csr` with the structure converted once equals a fresh conversion, call after call."""
+    from sparsetir_py.inputs import canonical, check_matrix, native
+    from sparsetir_py.operands import as_csr
+
+    rng = np.random.default_rng(seed)
+    if kind == "bsr":
+        b = 2 if A.shape[0] % 2 == 0 and A.shape[1] % 2 == 0 else 1
+        M = A.tobsr((b, b))
+    elif kind == "unsorted":
+        M = _unsorted(A, rng)
+    else:
+        M = A.asformat(kind)
+    for _ in range(2):
+        got, want = as_csr(M), canonical(native(check_matrix(M, "A")))
+        np.testing.assert_array_equal(got.indptr, want.indptr)
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_array_equal(got.data, want.data)
+        assert got.dtype == want.dtype and got.indices.dtype == want.indices.dtype
+        M.data = rng.standard_normal(M.data.shape).astype(M.data.dtype)
