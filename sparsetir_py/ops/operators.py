@@ -200,6 +200,13 @@ def _call_parts(
         return _call(
             op, csr if source is None else source[0], tuple(operands), "csr", target, None, out, threads, {}, None
         )
+    if csr.nnz == 0:  # nothing stored: no kernel to build or run (C is zeros, SDDMM's values none)
+        resolve_schedule(op.name, target, schedule)  # the same errors for an unknown target or schedule
+        if op.name != "spmm":
+            return op.finish(csr, np.empty(0, dtype))
+        result = op.result(csr, feat, dtype, out, inputs)
+        result.fill(0)
+        return op.finish(csr, result)
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, target, feat, schedule)
     m, n = csr.shape
     # BSR's SDDMM runs on a mask of ones and applies A's values on the way back (no gather).
