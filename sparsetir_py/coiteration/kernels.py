@@ -36,7 +36,10 @@ once per chunk, so no two threads share one and no row waits on an atomic.
 * `spgemm_work_script()`, `spgemm_fused_script()`, `compact_chunks_script()`: the one-pass
   SpGEMM of the CPU: each row's work and bound on its entries (`min(work, n + 1)`); then per
   chunk, rows accumulated in a dense workspace (rows of more than `BRANCHLESS_MIN` multiply-adds
-  with no branch on whether a column is new) and written one after the other into room for their
+  with no branch on whether a column is new; a row whose span, from the first and last columns of
+  the rows of B it selects, is under `SCAN_PER_ENTRY` columns per entry of the widest of them,
+  with no list of its columns at all, read off the workspace by a scan with no branch) and
+  written one after the other into room for their
   bounds, each ordered by what costs least for its count and span (a scan of the workspace,
   insertion sort up to `RADIX_MIN` entries, else two counting-sort passes by the digits of
   `j - lo` in base ceil(sqrt(span))), the row's count recorded; then the chunks copied to their
@@ -557,76 +560,102 @@ SPGEMM_OPERANDS
                     start = T.alloc_buffer((1,), "int64", scope="local")
                     lo = T.alloc_buffer((1,), "IDX", scope="local")
                     hi = T.alloc_buffer((1,), "IDX", scope="local")
+                    widest = T.alloc_buffer((1,), "IDX", scope="local")
                     start[0] = top[0]
                     lo[0] = T.IDX(n)
                     hi[0] = T.IDX(0)
+                    widest[0] = T.IDX(0)
                     if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                        # The row's span from the first and last columns of the rows of B it selects
+                        # (sorted), and the widest of them (a bound below on the row's entries).
+                        for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                            kk: T.IDX = A_indices[A_indptr[vi] + p]
+                            if B_indptr[kk + 1] > B_indptr[kk]:
+                                lo[0] = T.min(lo[0], B_indices[B_indptr[kk]])
+                                hi[0] = T.max(hi[0], B_indices[B_indptr[kk + 1] - T.IDX(1)] + T.IDX(1))
+                                widest[0] = T.max(widest[0], B_indptr[kk + 1] - B_indptr[kk])
+                    spread: T.float64 = T.float64(hi[0] - lo[0])
+                    if widest[0] > T.IDX(RADIX_MIN) and spread < SCAN_PER_ENTRY * T.float64(widest[0]):
+                        # A dense row, read off the workspace whatever its count: accumulated with no
+                        # list of its columns, then a scan of its span with no branch on the marks.
                         for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
                             kk: T.IDX = A_indices[A_indptr[vi] + p]
                             a: T.VAL = A_data[A_indptr[vi] + p]
                             for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
-                                # No branch on whether column j is new (on long rows it mispredicts about
-                                # every other product): its index is written at the row's end either way,
-                                # and the end moves on only where it is new.
                                 j: T.IDX = B_indices[B_indptr[kk] + q]
-                                new: T.int64 = T.int64(mark[j] != vi + 1)
                                 mark[j] = vi + 1
                                 acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
-                                T_indices[top[0]] = j
-                                top[0] = top[0] + new
-                                lo[0] = T.min(lo[0], j)
-                                hi[0] = T.max(hi[0], j + T.IDX(1))
-                    else:
-    ACCUMULATE_ROW(T_indices, int64)
-                    count: T.float64 = T.float64(top[0] - start[0])
-                    span: T.float64 = T.float64(hi[0] - lo[0])
-                    # A scan of the workspace where it costs less than ordering the entries. The first
-                    # test is implied by the second: most rows are decided without the logarithm (on a
-                    # mesh it cost a tenth of the row).
-                    if span < SCAN_BOUND * count and span < T.if_then_else(
-                        count > T.float64(RADIX_MIN),
-                        SCAN_PER_ENTRY * count,
-                        count * T.log2(count + T.float64(1)) * T.float64(SORT_COST),
-                    ):
-                        top[0] = start[0]
                         for j in T.serial(hi[0] - lo[0]):
-                            if mark[lo[0] + j] == vi + 1:
-                                T_indices[top[0]] = lo[0] + j
-                                T_data[top[0]] = acc[lo[0] + j]
-                                acc[lo[0] + j] = T.VAL(0)
-                                top[0] = top[0] + T.int64(1)
-                    elif count > T.float64(RADIX_MIN):
-                        # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
-                        d: T.IDX = T.IDX(T.ceil(T.sqrt(T.float64(hi[0] - lo[0]))))
-                        for u in T.serial(d + T.IDX(1)):
-                            cnt[u] = 0
-                        for t in T.serial(top[0] - start[0]):
-                            cnt[(T_indices[start[0] + t] - lo[0]) % d + T.IDX(1)] += 1
-                        for u in T.serial(d):
-                            cnt[u + T.IDX(1)] += cnt[u]
-                        for t in T.serial(top[0] - start[0]):
-                            jt: T.IDX = T_indices[start[0] + t]
-                            low: T.IDX = (jt - lo[0]) % d
-                            tmp[cnt[low]] = jt
-                            cnt[low] += 1
-                        for u in T.serial(d + T.IDX(1)):
-                            cnt[u] = 0
-                        for t in T.serial(top[0] - start[0]):
-                            cnt[(tmp[t] - lo[0]) // d + T.IDX(1)] += 1
-                        for u in T.serial(d):
-                            cnt[u + T.IDX(1)] += cnt[u]
-                        for t in T.serial(top[0] - start[0]):
-                            jt: T.IDX = tmp[t]
-                            high: T.IDX = (jt - lo[0]) // d
-                            T_indices[start[0] + T.int64(cnt[high])] = jt
-                            T_data[start[0] + T.int64(cnt[high])] = acc[jt]
-                            acc[jt] = T.VAL(0)
-                            cnt[high] += 1
+                            T_indices[top[0]] = lo[0] + j
+                            T_data[top[0]] = acc[lo[0] + j]
+                            acc[lo[0] + j] = T.VAL(0)
+                            top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
                     else:
-                        T.sort_range(T_indices, start[0], top[0])
-                        for t in T.serial(top[0] - start[0]):
-                            T_data[start[0] + t] = acc[T_indices[start[0] + t]]
-                            acc[T_indices[start[0] + t]] = T.VAL(0)
+                        if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                            for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                                kk: T.IDX = A_indices[A_indptr[vi] + p]
+                                a: T.VAL = A_data[A_indptr[vi] + p]
+                                for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                                    # No branch on whether column j is new (on long rows it mispredicts
+                                    # about every other product): its index is written at the row's end
+                                    # either way, and the end moves on only where it is new.
+                                    j: T.IDX = B_indices[B_indptr[kk] + q]
+                                    new: T.int64 = T.int64(mark[j] != vi + 1)
+                                    mark[j] = vi + 1
+                                    acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+                                    T_indices[top[0]] = j
+                                    top[0] = top[0] + new
+                        else:
+        ACCUMULATE_ROW(T_indices, int64)
+                        count: T.float64 = T.float64(top[0] - start[0])
+                        span: T.float64 = T.float64(hi[0] - lo[0])
+                        # A scan of the workspace where it costs less than ordering the entries. The
+                        # first test is implied by the second: most rows are decided without the
+                        # logarithm (on a mesh it cost a tenth of the row).
+                        if span < SCAN_BOUND * count and span < T.if_then_else(
+                            count > T.float64(RADIX_MIN),
+                            SCAN_PER_ENTRY * count,
+                            count * T.log2(count + T.float64(1)) * T.float64(SORT_COST),
+                        ):
+                            top[0] = start[0]
+                            for j in T.serial(hi[0] - lo[0]):
+                                if mark[lo[0] + j] == vi + 1:
+                                    T_indices[top[0]] = lo[0] + j
+                                    T_data[top[0]] = acc[lo[0] + j]
+                                    acc[lo[0] + j] = T.VAL(0)
+                                    top[0] = top[0] + T.int64(1)
+                        elif count > T.float64(RADIX_MIN):
+                            # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
+                            d: T.IDX = T.IDX(T.ceil(T.sqrt(T.float64(hi[0] - lo[0]))))
+                            for u in T.serial(d + T.IDX(1)):
+                                cnt[u] = 0
+                            for t in T.serial(top[0] - start[0]):
+                                cnt[(T_indices[start[0] + t] - lo[0]) % d + T.IDX(1)] += 1
+                            for u in T.serial(d):
+                                cnt[u + T.IDX(1)] += cnt[u]
+                            for t in T.serial(top[0] - start[0]):
+                                jt: T.IDX = T_indices[start[0] + t]
+                                low: T.IDX = (jt - lo[0]) % d
+                                tmp[cnt[low]] = jt
+                                cnt[low] += 1
+                            for u in T.serial(d + T.IDX(1)):
+                                cnt[u] = 0
+                            for t in T.serial(top[0] - start[0]):
+                                cnt[(tmp[t] - lo[0]) // d + T.IDX(1)] += 1
+                            for u in T.serial(d):
+                                cnt[u + T.IDX(1)] += cnt[u]
+                            for t in T.serial(top[0] - start[0]):
+                                jt: T.IDX = tmp[t]
+                                high: T.IDX = (jt - lo[0]) // d
+                                T_indices[start[0] + T.int64(cnt[high])] = jt
+                                T_data[start[0] + T.int64(cnt[high])] = acc[jt]
+                                acc[jt] = T.VAL(0)
+                                cnt[high] += 1
+                        else:
+                            T.sort_range(T_indices, start[0], top[0])
+                            for t in T.serial(top[0] - start[0]):
+                                T_data[start[0] + t] = acc[T_indices[start[0] + t]]
+                                acc[T_indices[start[0] + t]] = T.VAL(0)
                     C_count[vi] = T.IDX(top[0] - start[0])
 """
 

@@ -34,7 +34,9 @@ counting sort, and written into room for its bound), where that room (`min(work,
 entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric
 passes. Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`;
 `_SCRATCH` holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would
-be faulted in page by page every call. The host's per-row arrays (work, room, their prefix sums)
+be faulted in page by page every call. Past that size they write the result's own arrays (room
+for every row, of which only the pages written are faulted in) and the chunks after the first
+move down in place (`_move_chunks`). The host's per-row arrays (work, room, their prefix sums)
 are kept the same way (`_ROWS`), and the result's `indptr` is summed in place from the counts the
 kernel writes into it. `add` and `multiply` write each chunk's rows one after the other into room
 for their bound (`|A_i| + |B_i|`, or the lesser for an intersection); the chunks after the first
@@ -388,7 +390,11 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
     parts = len(bounds) - 1
     t_start = room[bounds]
-    if parts == 1:
+    # In place: the chunks write the result's own arrays (room for every row; only the pages
+    # written are faulted in), the chunks after the first then move down. Else a kept scratch
+    # buffer, copied into the result: where it is kept, its pages are faulted in once for good.
+    in_place = parts == 1 or nnz_t * (idtype.itemsize + dtype.itemsize) > SCRATCH_BYTES
+    if in_place:
         t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
     else:
         t_data, t_indices = _scratch(nnz_t, idtype, dtype)
@@ -403,7 +409,8 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     )  # fmt: skip
     _keep_rows("spgemm", *kept)
     nnz = int(prefix_in_place(indptr)[-1])
-    if parts == 1:
+    if in_place:
+        _move_chunks(t_data, t_indices, t_start, indptr, bounds, names, thread_args)
         t_data.resize(nnz, refcheck=False)
         t_indices.resize(nnz, refcheck=False)
         return _csr((t_data, t_indices, indptr), shape, cls)
@@ -414,6 +421,41 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     )  # fmt: skip
     _keep_scratch((t_data, t_indices))
     return _csr((data, indices, indptr), shape, cls)
+
+
+def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread_args: dict) -> None:
+    """Chunks of rows written one after the other from `t_start[p]` moved down to their `indptr`
+    positions in the same arrays (the first chunk is there already). Where every chunk's target
+    lies below every chunk's source, the rows after the first chunk are copied in pieces of
+    equal size, one per thread; else the chunks move one after the other in order on one thread
+    (a chunk's target never reaches past its own start)."""
+    parts = len(bounds) - 1
+    m, nnz = len(indptr) - 1, int(indptr[-1])
+    if parts == 1 or np.all(t_start[1:-1] == indptr[bounds[1:-1]]):
+        return
+    sizes = {"m": m, "nnz_t": len(t_indices), "nnz_c": nnz, "check_structure": False}
+    import numba
+
+    threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
+    first = int(bounds[1])
+    if t_start[1] < nnz or threads < 2:
+        kernel("compact_chunks", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=t_start[1:], c_data=t_data[:nnz], c_indices=t_indices[:nnz],
+            c_indptr=indptr, bounds=bounds[1:], parts=parts - 1, **sizes, threads=1,
+        )  # fmt: skip
+        return
+    # Pieces of equal nnz over the rows after the first chunk, cut also at the chunks' bounds.
+    goals = indptr[first] + (nnz - int(indptr[first])) * np.arange(1, threads) // threads
+    cuts = np.searchsorted(indptr[first:], goals) + first
+    pieces = np.unique(np.concatenate([bounds[1:], cuts.astype(np.int32)])).astype(np.int32)
+    chunk = np.searchsorted(bounds, pieces[:-1], side="right") - 1
+    sources = np.empty(len(pieces), np.int64)
+    sources[:-1] = t_start[chunk] + (indptr[pieces[:-1]] - indptr[bounds[chunk]])
+    sources[-1] = t_start[-1]
+    kernel("compact_chunks", **names)(
+        t_data=t_data, t_indices=t_indices, t_start=sources, c_data=t_data[:nnz], c_indices=t_indices[:nnz],
+        c_indptr=indptr, bounds=pieces, parts=len(pieces) - 1, **sizes, **thread_args,
+    )  # fmt: skip
 
 
 def _irregular(A) -> bool:

@@ -122,6 +122,30 @@ def test_chunks_through_the_kept_scratch(monkeypatch):
         assert not any(np.shares_memory(C.data, k) or np.shares_memory(C.indices, k) for k in kept)
 
 
+def test_chunks_in_place(monkeypatch):
+    """Where the room passes the kept scratch's budget, the chunks write the result's own arrays
+    and the later ones move down: in pieces, one per thread, where every target lies below every
+    source (a product with many duplicate products: room to spare), else in order on one thread
+    (a product whose rows have no duplicates fills its room)."""
+    monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(operators, "SCRATCH_BYTES", 0)
+    moves = []
+    move = operators._move_chunks
+    monkeypatch.setattr(operators, "_move_chunks", lambda *a: moves.append(a[2][1] >= a[3][-1]) or move(*a))
+    A = load_matrix("cora")
+    rng = np.random.default_rng(7)
+    eye = make_csr(np.eye(A.shape[0], dtype=bool), rng.uniform(-1, 1, A.shape[0]), "int32", "float32")
+    # Rows of 1000 products over 100 columns: room (301 entries) three times their size.
+    full = np.ones((200, 10), bool)
+    wide = np.zeros((10, 300), bool)
+    wide[:, :100] = True
+    F = make_csr(full, rng.uniform(-1, 1, full.size), "int32", "float32")
+    W = make_csr(wide, rng.uniform(-1, 1, int(wide.sum())), "int32", "float32")
+    for left, right in ((A, A), (A, eye), (F, W)):
+        check_spgemm(left, right, threads=2)
+    assert True in moves and False in moves
+
+
 def test_two_pass_fallback(monkeypatch):
     """Where the room of the one-pass product would pass its budget, the symbolic pass runs
     first (the same result)."""
