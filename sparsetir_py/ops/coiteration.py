@@ -32,15 +32,14 @@ On the CPU with dense workspaces `spgemm` runs in one pass (`kernels.spgemm_fuse
 symbolic pass; each row accumulated, ordered by a scan of the workspace, insertion sort or a
 counting sort, and written into room for its bound), where that room (`min(work, n + 1)`
 entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric
-passes. Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`;
-`_SCRATCH` holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would
-be faulted in page by page every call. Past that size they write the result's own arrays (room
-for every row, of which only the pages written are faulted in) and the chunks after the first
-move down in place (`_move_chunks`). The host's per-row arrays (work, room, their prefix sums)
-are kept the same way (`_ROWS`), and the result's `indptr` is summed in place from the counts the
-kernel writes into it. `add` and `multiply` write each chunk's rows one after the other into room
-for their bound (`|A_i| + |B_i|`, or the lesser for an intersection); the chunks after the first
-then move down in place (`_packed`).
+passes. The chunks write the result's own arrays (room for every row, of which only the pages
+written are faulted in) and the chunks after the first move down in place (`_move_chunks`):
+measured against a scratch buffer kept between calls and copied into fresh arrays, the copy and
+the faults of the fresh arrays cost 2-5x the move (meshes, R-MAT, 2 threads). The host's per-row
+arrays (work, room, their prefix sums) are kept between calls (`_ROWS`), and the result's
+`indptr` is summed in place from the counts the kernel writes into it. `add` and `multiply`
+write each chunk's rows one after the other into room for their bound (`|A_i| + |B_i|`, or the
+lesser for an intersection); the chunks after the first then move down in place (`_packed`).
 """
 
 from __future__ import annotations
@@ -309,37 +308,18 @@ def spgemm(
 #: only the pages written are ever backed by memory; past this many bytes of room (virtual), the
 #: product runs the symbolic pass first instead and allocates its exact size.
 FUSED_ROOM_BYTES = 1 << 34
-#: Chunks written by several threads land in a scratch buffer kept between calls (up to this
-#: many bytes): a fresh one would be faulted in page by page on every call, which costs here
-#: about as much as writing it (the result's own pages are faulted in once, as scipy's are).
-#: One buffer per pair of dtypes; `release_scratch()` frees them.
+#: The host's per-row arrays are kept between calls up to this many bytes each (`_ROWS`);
+#: `release_scratch()` frees them.
 SCRATCH_BYTES = 1 << 28
-_SCRATCH: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def release_scratch() -> None:
-    """Free the scratch buffers that the one-pass SpGEMM and the merges keep between calls."""
-    _SCRATCH.clear()
+    """Free the per-row arrays that SpGEMM and the merges keep between calls."""
     _ROWS.clear()
 
 
-def _scratch(size: int, idtype: np.dtype, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Arrays of at least `size` values and indices: the kept ones where they are large enough
-    (taken out while in use, so that concurrent calls never share them), else new ones."""
-    key = (idtype.name, dtype.name)
-    kept = _SCRATCH.pop(key, None)
-    if kept is not None and len(kept[0]) >= size:
-        return kept
-    return np.empty(size, dtype), np.empty(size, idtype)
-
-
-def _keep_scratch(arrays: tuple[np.ndarray, np.ndarray]) -> None:
-    if len(arrays[0]) * (arrays[0].itemsize + arrays[1].itemsize) <= SCRATCH_BYTES:
-        _SCRATCH[(arrays[1].dtype.name, arrays[0].dtype.name)] = arrays
-
-
 #: Per-row arrays of the host steps (each row's work and room, their prefix sums, its count),
-#: kept between calls as the scratch buffer is: on a mesh of 160,000 rows, faulting in the fresh
+#: kept between calls: on a mesh of 160,000 rows, faulting in the fresh
 #: ones cost about as much as a tenth of the product.
 _ROWS: dict[tuple[str, str], np.ndarray] = {}
 
@@ -363,11 +343,10 @@ def _keep_rows(name: str, *arrays: np.ndarray) -> None:
 
 def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
     """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
-    writes its rows one after the other from `t_start[p]`, room for its rows' bounds. One
-    chunk writes the result's own arrays, shrunk afterwards to its size (`ndarray.resize`: a
-    reallocation in place, nothing copied); several write a scratch buffer, copied into the
-    result by `compact_chunks`. None where the room would pass `FUSED_ROOM_BYTES` or the index
-    dtype."""
+    writes its rows one after the other from `t_start[p]`, room for its rows' bounds, in the
+    result's own arrays; the chunks after the first move down (`_move_chunks`) and the arrays
+    shrink to the result's size (`ndarray.resize`: a reallocation in place, nothing copied).
+    None where the room would pass `FUSED_ROOM_BYTES` or the index dtype."""
     m, n = shape
     k = A.shape[1]
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
@@ -390,14 +369,9 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
     parts = len(bounds) - 1
     t_start = room[bounds]
-    # In place: the chunks write the result's own arrays (room for every row; only the pages
-    # written are faulted in), the chunks after the first then move down. Else a kept scratch
-    # buffer, copied into the result: where it is kept, its pages are faulted in once for good.
-    in_place = parts == 1 or nnz_t * (idtype.itemsize + dtype.itemsize) > SCRATCH_BYTES
-    if in_place:
-        t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
-    else:
-        t_data, t_indices = _scratch(nnz_t, idtype, dtype)
+    # The chunks write the result's own arrays (room for every row; only the pages written are
+    # faulted in), the chunks after the first then move down in place.
+    t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
     # The result's indptr: each row's count written after a leading slot, summed in place (the
     # counts sum to at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
@@ -409,18 +383,10 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     )  # fmt: skip
     _keep_rows("spgemm", *kept)
     nnz = int(prefix_in_place(indptr)[-1])
-    if in_place:
-        _move_chunks(t_data, t_indices, t_start, indptr, bounds, names, thread_args)
-        t_data.resize(nnz, refcheck=False)
-        t_indices.resize(nnz, refcheck=False)
-        return _csr((t_data, t_indices, indptr), shape, cls)
-    data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
-    kernel("compact_chunks", **names)(
-        t_data=t_data, t_indices=t_indices, t_start=t_start, c_data=data, c_indices=indices, c_indptr=indptr,
-        bounds=bounds, m=m, parts=parts, nnz_t=len(t_data), nnz_c=nnz, check_structure=False, **thread_args,
-    )  # fmt: skip
-    _keep_scratch((t_data, t_indices))
-    return _csr((data, indices, indptr), shape, cls)
+    _move_chunks(t_data, t_indices, t_start, indptr, bounds, names, thread_args)
+    t_data.resize(nnz, refcheck=False)
+    t_indices.resize(nnz, refcheck=False)
+    return _csr((t_data, t_indices, indptr), shape, cls)
 
 
 def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread_args: dict) -> None:

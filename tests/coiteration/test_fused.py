@@ -1,7 +1,7 @@
 """The one-pass SpGEMM (`kernels.spgemm_work_script`, `spgemm_fused_script`,
 `compact_chunks_script`) and the host steps around it (`ops.coiteration._spgemm_fused`): the
 kernels against the loop interpreter, each row-ordering path (a scan of the workspace, insertion
-sort, the counting sort) against scipy, several chunks through the kept scratch buffer, and the
+sort, the counting sort) against scipy, several chunks moved down in place, and the
 fallback to the two-pass product. Small matrices, one compile per kernel and dtype pair.
 """
 
@@ -92,43 +92,18 @@ def run_both(name: str, names: dict, inputs: dict, outputs: dict) -> dict:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_every_row_order_against_scipy(threads, monkeypatch):
     """The operator on the three-orders product, in one chunk (the result's own arrays, shrunk)
-    and in two (the scratch buffer, compacted), int32/float32 and int64/float64."""
+    and in two (the later moved down), int32/float32 and int64/float64."""
     monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
     for idtype, dtype in (("int32", "float32"), ("int64", "float64")):
         A, B = three_orders(idtype, dtype)
         check_spgemm(A, B, threads=threads)
 
 
-def test_chunks_through_the_kept_scratch(monkeypatch):
-    """Several chunks write the scratch buffer kept between calls: a larger product after a
-    smaller one, then a smaller one again (the kept buffer reused); results never share memory
-    with it, and a rectangular product with empty rows and columns comes out right."""
-    monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
-    monkeypatch.setattr(operators, "_SCRATCH", {})
-    A = load_matrix("cora")
-    small = A[:300, :300].tocsr()
-    rng = np.random.default_rng(5)
-    mask = rng.random((A.shape[1], 50)) < 0.05
-    mask[:, 7] = False  # an empty column
-    R = make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), "int32", "float32")
-    results = []
-    for left, right in ((small, small), (A, A), (A, R), (small, small)):
-        C = spgemm(left, right, threads=2)
-        check_spgemm(left, right, threads=2)
-        results.append(C)
-    kept = [arr for pair in operators._SCRATCH.values() for arr in pair]
-    assert kept, "the scratch buffer is kept between calls"
-    for C in results:
-        assert not any(np.shares_memory(C.data, k) or np.shares_memory(C.indices, k) for k in kept)
-
-
 def test_chunks_in_place(monkeypatch):
-    """Where the room passes the kept scratch's budget, the chunks write the result's own arrays
-    and the later ones move down: in pieces, one per thread, where every target lies below every
-    source (a product with many duplicate products: room to spare), else in order on one thread
-    (a product whose rows have no duplicates fills its room)."""
+    """Several chunks write the result's own arrays and the later ones move down: in pieces,
+    one per thread, where every target lies below every source (a product with many duplicate
+    products: room to spare), else in order on one thread (a product whose rows have no duplicates fills its room)."""
     monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
-    monkeypatch.setattr(operators, "SCRATCH_BYTES", 0)
     moves = []
     move = operators._move_chunks
     monkeypatch.setattr(operators, "_move_chunks", lambda *a: moves.append(a[2][1] >= a[3][-1]) or move(*a))
@@ -141,9 +116,13 @@ def test_chunks_in_place(monkeypatch):
     wide[:, :100] = True
     F = make_csr(full, rng.uniform(-1, 1, full.size), "int32", "float32")
     W = make_csr(wide, rng.uniform(-1, 1, int(wide.sum())), "int32", "float32")
-    for left, right in ((A, A), (A, eye), (F, W)):
+    results = []
+    for left, right in ((A, A), (A, eye), (F, W), (A[:300, :300].tocsr(), A[:300, :300].tocsr())):
         check_spgemm(left, right, threads=2)
+        results.append(spgemm(left, right, threads=2))
     assert True in moves and False in moves
+    for C in results:
+        assert C.data.flags.owndata and C.indices.flags.owndata
 
 
 def test_two_pass_fallback(monkeypatch):
