@@ -21,21 +21,25 @@ from sparsetir_py.ops.coiteration import spgemm
 
 
 def three_orders(idtype: str = "int32", dtype: str = "float32"):
-    """A (6 x 4) and B (4 x 2000) whose product's rows take every ordering path: row 0 has 40
-    entries over 1600 columns (counting sort), row 1 has 10 over 900 (insertion sort), row 2 has
-    40 over 40 (a scan of the workspace), row 3 is empty, row 4 is one row of B, row 5 sums two
-    rows of B that overlap."""
+    """A (7 x 5) and B (5 x 2000) whose product's rows take every ordering path: row 0 has 80
+    entries over 1980 columns (no branch on new columns, counting sort), row 1 has 10 over 900
+    (insertion sort), row 2 has 80 over 80 (a dense row: no list of columns, a scan of the
+    workspace), row 3 is empty, row 4 is one row of B, row 5 sums three rows of B that may
+    overlap (counting sort), row 6 has 20 entries over 25 columns (a scan of the workspace)."""
     rng = np.random.default_rng(26)
     rows = [
-        np.sort(rng.choice(np.arange(0, 2000, 40), 40, replace=False)),  # B row 0: 40 entries, wide
+        np.sort(rng.choice(np.arange(0, 2000, 20), 80, replace=False)),  # B row 0: 80 entries, wide
         np.sort(rng.choice(np.arange(100, 1000), 10, replace=False))[::-1].copy(),  # B row 1: 10, wide
-        np.arange(500, 540),  # B row 2: 40 consecutive columns
+        np.arange(500, 580),  # B row 2: 80 consecutive columns
         np.array([7, 1999]),
+        np.sort(rng.choice(np.arange(600, 625), 20, replace=False)),  # B row 4: 20 over 25 columns
     ]
-    dense_b = np.zeros((4, 2000), bool)
+    dense_b = np.zeros((5, 2000), bool)
     for i, cols in enumerate(rows):
         dense_b[i, cols] = True
-    pattern_a = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 1, 1]], bool)
+    pattern_a = np.zeros((7, 5), bool)
+    for i, cols in enumerate([[0], [1], [2], [], [3], [1, 2, 3], [4]]):
+        pattern_a[i, cols] = True
     A = make_csr(pattern_a, rng.uniform(-1, 1, int(pattern_a.sum())), idtype, dtype)
     B = make_csr(dense_b, rng.uniform(-1, 1, int(dense_b.sum())), idtype, dtype)
     return A, B
@@ -48,13 +52,13 @@ def test_fused_kernels_match_the_interpreter():
     m, k = A.shape
     n = B.shape[1]
     names = {"idtype": "int64", "dtype": "float32"}
-    bounds = np.array([0, 3, 6], np.int32)
+    bounds = np.array([0, 3, 7], np.int32)
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "m": m, "k": k, "n": n}
     work_args = {**structure, "bounds": bounds, "parts": 2, "nnz_a": A.nnz}
     outputs = {"c_work": np.zeros(m, np.int64), "c_room": np.zeros(m, np.int64)}
     got = run_both("work", names, work_args, outputs)
-    assert list(got["c_work"]) == [40, 10, 40, 0, 2, 52]
-    assert list(got["c_room"]) == [40, 10, 40, 0, 2, 52]
+    assert list(got["c_work"]) == [80, 10, 80, 0, 2, 92, 20]
+    assert list(got["c_room"]) == [80, 10, 80, 0, 2, 92, 20]
     room = prefix(got["c_room"])
     t_start = room[bounds]
     nnz_t = int(t_start[-1])
