@@ -535,14 +535,14 @@ SPGEMM_FUSED = """
 @T.prim_func
 def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
                  b_indptr: T.handle, b_indices: T.handle, t_data: T.handle, t_indices: T.handle,
-                 t_start: T.handle, c_count: T.handle, w_prefix: T.handle, bounds: T.handle, m: T.int32, k: T.int32,
+                 t_start: T.handle, c_end: T.handle, w_prefix: T.handle, bounds: T.handle, m: T.int32, k: T.int32,
                  n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
     T.func_attr({"stage": 2})
 SPGEMM_OPERANDS
     T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
     T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
     T_start = T.match_buffer(t_start, (parts + 1,), "int64")
-    C_count = T.match_buffer(c_count, (m,), "IDX")
+    C_end = T.match_buffer(c_end, (m,), "IDX")
     W_prefix = T.match_buffer(w_prefix, (m + 1,), "int64")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
     for part in T.serial(parts):
@@ -671,7 +671,7 @@ SPGEMM_OPERANDS
                             for t in T.serial(top[0] - start[0]):
                                 T_data[start[0] + t] = acc[T_indices[start[0] + t]]
                                 acc[T_indices[start[0] + t]] = T.VAL(0)
-                    C_count[vi] = T.IDX(top[0] - start[0])
+                    C_end[vi] = T.IDX(top[0] - T_start[vp])
 """
 
 #: Rows of more entries than this that are not read off the workspace are sorted by two passes
@@ -696,8 +696,10 @@ BRANCHLESS_MIN = 64
 
 def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     """Symbolic and numeric passes in one: each chunk writes its rows, sorted, one after the
-    other from `t_start[part]` (room for the chunk's bound on its entries), and each row's count
-    into `c_count`; the operator then moves the chunks to their `indptr` positions."""
+    other from `t_start[part]` (room for the chunk's bound on its entries), and where each row
+    ends, counted from its chunk's start, into `c_end` (the chunk's part of `indptr[1:]`, less
+    the entries of the chunks before it: no prefix sum over every row on the host); the operator
+    then moves the chunks to their `indptr` positions."""
     source = _typed(_accumulate_row(SPGEMM_FUSED), idtype, dtype).replace("INSERTION_COST", str(INSERTION_COST))
     source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
     source = source.replace("BRANCHLESS_MIN", str(BRANCHLESS_MIN))

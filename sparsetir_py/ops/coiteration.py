@@ -353,36 +353,42 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
     estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
-    # Each row's work and room written after a leading slot, then summed in place: their prefix sums.
+    # Each row's work and room written after a leading slot; the work summed in place (its prefix
+    # sum balances the chunks), the room summed over each chunk only (where the chunks start).
     kept = _take_rows("spgemm", 2, m + 1, np.int64)
     work, room = kept[0][: m + 1], kept[1][: m + 1]
     kernel("work", **names)(
         **structure, c_work=work[1:], c_room=room[1:], bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1,
         nnz_a=A.nnz, check_structure=False, **estimate,
     )  # fmt: skip
-    prefix_in_place(work), prefix_in_place(room)
-    nnz_t = int(room[-1])
+    prefix_in_place(work)
+    nnz_t = int(room[1:].sum())
     if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
         _keep_rows("spgemm", *kept)
         return None
     thread_args = _threads(threads, "cpu", int(work[-1]))
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
     parts = len(bounds) - 1
-    t_start = room[bounds]
+    t_start = np.zeros(parts + 1, np.int64)
+    for p in range(parts):
+        t_start[p + 1] = t_start[p] + room[1 + bounds[p] : 1 + bounds[p + 1]].sum()
     # The chunks write the result's own arrays (room for every row; only the pages written are
     # faulted in), the chunks after the first then move down in place.
     t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
-    # The result's indptr: each row's count written after a leading slot, summed in place (the
-    # counts sum to at most nnz_t, which fits the index dtype).
+    # The result's indptr: each row's end within its chunk written after a leading slot, the
+    # chunks before it added afterwards (the ends are at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
     kernel("fused", **names)(
         **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
-        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=indptr[1:], w_prefix=work,
+        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_end=indptr[1:], w_prefix=work,
         bounds=bounds, m=m, k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data),
         check_structure=False, **thread_args,
     )  # fmt: skip
     _keep_rows("spgemm", *kept)
-    nnz = int(prefix_in_place(indptr)[-1])
+    indptr[0] = 0
+    for p in range(1, parts):
+        indptr[bounds[p] + 1 : bounds[p + 1] + 1] += indptr[bounds[p]]
+    nnz = int(indptr[-1])
     _move_chunks(t_data, t_indices, t_start, indptr, bounds, names, thread_args)
     t_data.resize(nnz, refcheck=False)
     t_indices.resize(nnz, refcheck=False)
