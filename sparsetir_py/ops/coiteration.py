@@ -253,7 +253,7 @@ def spgemm(
 
         schedule = names["schedule"] = shipped.cpu_hash
     if mask is None and target == "cpu" and workspace_of(schedule) == "local":
-        fused = _spgemm_fused(A, B, shape, cls, names, schedule, threads)
+        fused = _spgemm_fused(A, B, shape, cls, names, schedule, threads, default=chosen is None)
         if fused is not None:
             return fused
     parts = _parts(schedule, thread_args, m, n)
@@ -341,12 +341,16 @@ def _keep_rows(name: str, *arrays: np.ndarray) -> None:
             _ROWS[(f"{name}{i}", arr.dtype.name)] = arr
 
 
-def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
+def _spgemm_fused(
+    A, B, shape, cls, names: dict, schedule, threads, default: bool = False
+) -> scipy.sparse.csr_matrix | None:
     """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
     writes its rows one after the other from `t_start[p]`, room for its rows' bounds, in the
     result's own arrays; the chunks after the first move down (`_move_chunks`) and the arrays
     shrink to the result's size (`ndarray.resize`: a reallocation in place, nothing copied).
-    None where the room would pass `FUSED_ROOM_BYTES` or the index dtype."""
+    None where the room would pass `FUSED_ROOM_BYTES` or the index dtype. With the `default`
+    schedule, a call on one thread runs the kernels of `cpu_serial` (no parallel region to
+    launch: measured a quarter of a small product's time)."""
     m, n = shape
     k = A.shape[1]
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
@@ -357,7 +361,7 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     # sum balances the chunks), the room summed over each chunk only (where the chunks start).
     kept = _take_rows("spgemm", 2, m + 1, np.int64)
     work, room = kept[0][: m + 1], kept[1][: m + 1]
-    kernel("work", **names)(
+    kernel("work", **_serial_on_one(names, estimate, default))(
         **structure, c_work=work[1:], c_room=room[1:], bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1,
         nnz_a=A.nnz, check_structure=False, **estimate,
     )  # fmt: skip
@@ -378,7 +382,7 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     # The result's indptr: each row's end within its chunk written after a leading slot, the
     # chunks before it added afterwards (the ends are at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
-    kernel("fused", **names)(
+    kernel("fused", **_serial_on_one(names, thread_args, default))(
         **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
         b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_end=indptr[1:], w_prefix=work,
         bounds=bounds, m=m, k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data),
@@ -393,6 +397,15 @@ def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.spa
     t_data.resize(nnz, refcheck=False)
     t_indices.resize(nnz, refcheck=False)
     return _csr((t_data, t_indices, indptr), shape, cls)
+
+
+def _serial_on_one(names: dict, thread_args: dict, default: bool) -> dict:
+    """`names` with the `cpu_serial` schedule where the default schedule runs on one thread."""
+    if not default or thread_args.get("threads") != 1:
+        return names
+    from schedules import spgemm as shipped
+
+    return {**names, "schedule": shipped.cpu_serial}
 
 
 def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread_args: dict) -> None:
