@@ -36,7 +36,10 @@ once per chunk, so no two threads share one and no row waits on an atomic.
 * `spgemm_work_script()`, `spgemm_fused_script()`, `compact_chunks_script()`: the one-pass
   SpGEMM of the CPU: each row's work and bound on its entries (`min(work, n + 1)`); then per
   chunk, rows accumulated in a dense workspace (rows of more than `BRANCHLESS_MIN` multiply-adds
-  with no branch on whether a column is new) and written one after the other into room for their
+  with no branch on whether a column is new; a row whose span, from the first and last columns of
+  the rows of B it selects, is under `SCAN_PER_ENTRY` columns per entry of the widest of them,
+  with no list of its columns at all, read off the workspace by a scan with no branch) and
+  written one after the other into room for their
   bounds, each ordered by what costs least for its count and span (a scan of the workspace,
   insertion sort up to `RADIX_MIN` entries, else two counting-sort passes by the digits of
   `j - lo` in base ceil(sqrt(span))), the row's count recorded; then the chunks copied to their
@@ -532,14 +535,14 @@ SPGEMM_FUSED = """
 @T.prim_func
 def spgemm_fused(a_data: T.handle, a_indptr: T.handle, a_indices: T.handle, b_data: T.handle,
                  b_indptr: T.handle, b_indices: T.handle, t_data: T.handle, t_indices: T.handle,
-                 t_start: T.handle, c_count: T.handle, w_prefix: T.handle, bounds: T.handle, m: T.int32, k: T.int32,
+                 t_start: T.handle, c_end: T.handle, w_prefix: T.handle, bounds: T.handle, m: T.int32, k: T.int32,
                  n: T.int32, parts: T.int32, nnz_a: T.IDX, nnz_b: T.IDX, nnz_t: T.int64):
     T.func_attr({"stage": 2})
 SPGEMM_OPERANDS
     T_data = T.match_buffer(t_data, (nnz_t,), "VAL")
     T_indices = T.match_buffer(t_indices, (nnz_t,), "IDX")
     T_start = T.match_buffer(t_start, (parts + 1,), "int64")
-    C_count = T.match_buffer(c_count, (m,), "IDX")
+    C_end = T.match_buffer(c_end, (m,), "IDX")
     W_prefix = T.match_buffer(w_prefix, (m + 1,), "int64")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
     for part in T.serial(parts):
@@ -557,77 +560,118 @@ SPGEMM_OPERANDS
                     start = T.alloc_buffer((1,), "int64", scope="local")
                     lo = T.alloc_buffer((1,), "IDX", scope="local")
                     hi = T.alloc_buffer((1,), "IDX", scope="local")
+                    widest = T.alloc_buffer((1,), "IDX", scope="local")
+                    u = T.alloc_buffer((1,), "int64", scope="local")
                     start[0] = top[0]
                     lo[0] = T.IDX(n)
                     hi[0] = T.IDX(0)
+                    widest[0] = T.IDX(0)
                     if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                        # The row's span from the first and last columns of the rows of B it selects
+                        # (sorted), and the widest of them (a bound below on the row's entries).
+                        for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                            kk: T.IDX = A_indices[A_indptr[vi] + p]
+                            if B_indptr[kk + 1] > B_indptr[kk]:
+                                lo[0] = T.min(lo[0], B_indices[B_indptr[kk]])
+                                hi[0] = T.max(hi[0], B_indices[B_indptr[kk + 1] - T.IDX(1)] + T.IDX(1))
+                                widest[0] = T.max(widest[0], B_indptr[kk + 1] - B_indptr[kk])
+                    spread: T.float64 = T.float64(hi[0] - lo[0])
+                    if widest[0] > T.IDX(RADIX_MIN) and spread < SCAN_PER_ENTRY * T.float64(widest[0]):
+                        # A dense row, read off the workspace whatever its count: accumulated with no
+                        # list of its columns, then a scan of its span with no branch on the marks.
                         for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
                             kk: T.IDX = A_indices[A_indptr[vi] + p]
                             a: T.VAL = A_data[A_indptr[vi] + p]
                             for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
-                                # No branch on whether column j is new (on long rows it mispredicts about
-                                # every other product): its index is written at the row's end either way,
-                                # and the end moves on only where it is new.
                                 j: T.IDX = B_indices[B_indptr[kk] + q]
-                                new: T.int64 = T.int64(mark[j] != vi + 1)
                                 mark[j] = vi + 1
                                 acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
-                                T_indices[top[0]] = j
-                                top[0] = top[0] + new
-                                lo[0] = T.min(lo[0], j)
-                                hi[0] = T.max(hi[0], j + T.IDX(1))
-                    else:
-    ACCUMULATE_ROW(T_indices, int64)
-                    count: T.float64 = T.float64(top[0] - start[0])
-                    span: T.float64 = T.float64(hi[0] - lo[0])
-                    # A scan of the workspace where it costs less than ordering the entries. The first
-                    # test is implied by the second: most rows are decided without the logarithm (on a
-                    # mesh it cost a tenth of the row).
-                    if span < SCAN_BOUND * count and span < T.if_then_else(
-                        count > T.float64(RADIX_MIN),
-                        SCAN_PER_ENTRY * count,
-                        count * T.log2(count + T.float64(1)) * T.float64(SORT_COST),
-                    ):
-                        top[0] = start[0]
                         for j in T.serial(hi[0] - lo[0]):
-                            if mark[lo[0] + j] == vi + 1:
+                            T_indices[top[0]] = lo[0] + j
+                            T_data[top[0]] = acc[lo[0] + j]
+                            acc[lo[0] + j] = T.VAL(0)
+                            top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
+                    else:
+                        if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                            for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
+                                kk: T.IDX = A_indices[A_indptr[vi] + p]
+                                a: T.VAL = A_data[A_indptr[vi] + p]
+                                for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
+                                    # No branch on whether column j is new (on long rows it mispredicts
+                                    # about every other product): its index is written at the row's end
+                                    # either way, and the end moves on only where it is new.
+                                    j: T.IDX = B_indices[B_indptr[kk] + q]
+                                    new: T.int64 = T.int64(mark[j] != vi + 1)
+                                    mark[j] = vi + 1
+                                    acc[j] = acc[j] + a * B_data[B_indptr[kk] + q]
+                                    T_indices[top[0]] = j
+                                    top[0] = top[0] + new
+                        else:
+        ACCUMULATE_ROW(T_indices, int64)
+                        count: T.float64 = T.float64(top[0] - start[0])
+                        span: T.float64 = T.float64(hi[0] - lo[0])
+                        # A scan of the workspace where it costs less than ordering the entries. The
+                        # first test is implied by the second: most rows are decided without the
+                        # logarithm (on a mesh it cost a tenth of the row).
+                        if span < SCAN_BOUND * count and span < T.if_then_else(
+                            count > T.float64(RADIX_MIN),
+                            SCAN_PER_ENTRY * count,
+                            count * T.log2(count + T.float64(1)) * T.float64(INSERTION_COST),
+                        ):
+                            # With no branch on the marks: every column of the span is written where
+                            # the next entry goes, which moves on only where the column is marked (the
+                            # last column is: no write passes the row's entries). Measured against the
+                            # branch: 1.1-1.4x faster on R-MAT's dense rows, as fast on polblogs'.
+                            top[0] = start[0]
+                            for j in T.serial(hi[0] - lo[0]):
                                 T_indices[top[0]] = lo[0] + j
                                 T_data[top[0]] = acc[lo[0] + j]
                                 acc[lo[0] + j] = T.VAL(0)
-                                top[0] = top[0] + T.int64(1)
-                    elif count > T.float64(RADIX_MIN):
-                        # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
-                        d: T.IDX = T.IDX(T.ceil(T.sqrt(T.float64(hi[0] - lo[0]))))
-                        for u in T.serial(d + T.IDX(1)):
-                            cnt[u] = 0
-                        for t in T.serial(top[0] - start[0]):
-                            cnt[(T_indices[start[0] + t] - lo[0]) % d + T.IDX(1)] += 1
-                        for u in T.serial(d):
-                            cnt[u + T.IDX(1)] += cnt[u]
-                        for t in T.serial(top[0] - start[0]):
-                            jt: T.IDX = T_indices[start[0] + t]
-                            low: T.IDX = (jt - lo[0]) % d
-                            tmp[cnt[low]] = jt
-                            cnt[low] += 1
-                        for u in T.serial(d + T.IDX(1)):
-                            cnt[u] = 0
-                        for t in T.serial(top[0] - start[0]):
-                            cnt[(tmp[t] - lo[0]) // d + T.IDX(1)] += 1
-                        for u in T.serial(d):
-                            cnt[u + T.IDX(1)] += cnt[u]
-                        for t in T.serial(top[0] - start[0]):
-                            jt: T.IDX = tmp[t]
-                            high: T.IDX = (jt - lo[0]) // d
-                            T_indices[start[0] + T.int64(cnt[high])] = jt
-                            T_data[start[0] + T.int64(cnt[high])] = acc[jt]
-                            acc[jt] = T.VAL(0)
-                            cnt[high] += 1
-                    else:
-                        T.sort_range(T_indices, start[0], top[0])
-                        for t in T.serial(top[0] - start[0]):
-                            T_data[start[0] + t] = acc[T_indices[start[0] + t]]
-                            acc[T_indices[start[0] + t]] = T.VAL(0)
-                    C_count[vi] = T.IDX(top[0] - start[0])
+                                top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
+                        elif count > T.float64(RADIX_MIN):
+                            # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
+                            d: T.IDX = T.IDX(T.ceil(T.sqrt(T.float64(hi[0] - lo[0]))))
+                            for u in T.serial(d + T.IDX(1)):
+                                cnt[u] = 0
+                            for t in T.serial(top[0] - start[0]):
+                                cnt[(T_indices[start[0] + t] - lo[0]) % d + T.IDX(1)] += 1
+                            for u in T.serial(d):
+                                cnt[u + T.IDX(1)] += cnt[u]
+                            for t in T.serial(top[0] - start[0]):
+                                jt: T.IDX = T_indices[start[0] + t]
+                                low: T.IDX = (jt - lo[0]) % d
+                                tmp[cnt[low]] = jt
+                                cnt[low] += 1
+                            for u in T.serial(d + T.IDX(1)):
+                                cnt[u] = 0
+                            for t in T.serial(top[0] - start[0]):
+                                cnt[(tmp[t] - lo[0]) // d + T.IDX(1)] += 1
+                            for u in T.serial(d):
+                                cnt[u + T.IDX(1)] += cnt[u]
+                            for t in T.serial(top[0] - start[0]):
+                                jt: T.IDX = tmp[t]
+                                high: T.IDX = (jt - lo[0]) // d
+                                T_indices[start[0] + T.int64(cnt[high])] = jt
+                                T_data[start[0] + T.int64(cnt[high])] = acc[jt]
+                                acc[jt] = T.VAL(0)
+                                cnt[high] += 1
+                        else:
+                            # Insertion sort, written out: most entries of a short row are in place
+                            # already (the rows of B it sums are sorted), and only those that are not
+                            # enter the inner loop (measured 10-20% of the row on 2-D meshes against
+                            # `T.sort_range`).
+                            for t in T.serial(top[0] - start[0] - T.int64(1)):
+                                v: T.IDX = T_indices[start[0] + t + T.int64(1)]
+                                if T_indices[start[0] + t] > v:
+                                    u[0] = start[0] + t
+                                    while u[0] >= start[0] and T_indices[u[0]] > v:
+                                        T_indices[u[0] + T.int64(1)] = T_indices[u[0]]
+                                        u[0] = u[0] - T.int64(1)
+                                    T_indices[u[0] + T.int64(1)] = v
+                            for t in T.serial(top[0] - start[0]):
+                                T_data[start[0] + t] = acc[T_indices[start[0] + t]]
+                                acc[T_indices[start[0] + t]] = T.VAL(0)
+                    C_end[vi] = T.IDX(top[0] - T_start[vp])
 """
 
 #: Rows of more entries than this that are not read off the workspace are sorted by two passes
@@ -638,21 +682,28 @@ RADIX_MIN = 32
 #: entry: a scan step costs a fraction of a counting-sort step (measured: scanning wins on
 #: polblogs' rows, 4-30 columns per entry, and loses on R-MAT's, 40 and more).
 SCAN_PER_ENTRY = 16
+#: A row of at most `RADIX_MIN` entries is read off the workspace (a scan of its span, with no
+#: branch) where its span is under `INSERTION_COST * c * log2(c + 1)` columns, else insertion
+#: sorted (measured against 2 and 4: 1 was 1.2-1.4x faster on 4elt, even on meshes and R-MAT).
+INSERTION_COST = 1
 #: Rows of more multiply-adds than this accumulate with no branch on whether a column is new
 #: (every product adds into the workspace, which such rows clear afterwards): on long rows that
 #: branch mispredicts about every other product (measured on R-MAT: 1.1-1.4x the branchy loop's
-#: speed); short rows (a mesh's, 25) predict it well enough and skip the clearing.
-BRANCHLESS_MIN = 32
+#: speed); short rows (a 2-D mesh's, 25; a 3-D mesh's, 49) predict it well enough and skip the
+#: clearing (64 against 32: 3-D mesh 1.15x faster, R-MAT and polblogs even).
+BRANCHLESS_MIN = 64
 
 
 def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     """Symbolic and numeric passes in one: each chunk writes its rows, sorted, one after the
-    other from `t_start[part]` (room for the chunk's bound on its entries), and each row's count
-    into `c_count`; the operator then moves the chunks to their `indptr` positions."""
-    source = _typed(_accumulate_row(SPGEMM_FUSED), idtype, dtype).replace("SORT_COST", str(SORT_COST))
+    other from `t_start[part]` (room for the chunk's bound on its entries), and where each row
+    ends, counted from its chunk's start, into `c_end` (the chunk's part of `indptr[1:]`, less
+    the entries of the chunks before it: no prefix sum over every row on the host); the operator
+    then moves the chunks to their `indptr` positions."""
+    source = _typed(_accumulate_row(SPGEMM_FUSED), idtype, dtype).replace("INSERTION_COST", str(INSERTION_COST))
     source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
     source = source.replace("BRANCHLESS_MIN", str(BRANCHLESS_MIN))
-    bound = max(SCAN_PER_ENTRY, math.log2(RADIX_MIN + 1) * SORT_COST) + 1
+    bound = max(SCAN_PER_ENTRY, math.log2(RADIX_MIN + 1) * INSERTION_COST) + 1
     source = source.replace("SCAN_BOUND", f"T.float64({math.ceil(bound)})")
     return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
 

@@ -32,13 +32,14 @@ On the CPU with dense workspaces `spgemm` runs in one pass (`kernels.spgemm_fuse
 symbolic pass; each row accumulated, ordered by a scan of the workspace, insertion sort or a
 counting sort, and written into room for its bound), where that room (`min(work, n + 1)`
 entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric
-passes. Several chunks write a scratch buffer kept between calls (at most `SCRATCH_BYTES`;
-`_SCRATCH` holds it; `release_scratch()` frees it), copied into the result: a fresh buffer would
-be faulted in page by page every call. The host's per-row arrays (work, room, their prefix sums)
-are kept the same way (`_ROWS`), and the result's `indptr` is summed in place from the counts the
-kernel writes into it. `add` and `multiply` write each chunk's rows one after the other into room
-for their bound (`|A_i| + |B_i|`, or the lesser for an intersection); the chunks after the first
-then move down in place (`_packed`).
+passes. The chunks write the result's own arrays (room for every row, of which only the pages
+written are faulted in) and the chunks after the first move down in place (`_move_chunks`):
+measured against a scratch buffer kept between calls and copied into fresh arrays, the copy and
+the faults of the fresh arrays cost 2-5x the move (meshes, R-MAT, 2 threads). The host's per-row
+arrays (work, room, their prefix sums) are kept between calls (`_ROWS`), and the result's
+`indptr` is summed in place from the counts the kernel writes into it. `add` and `multiply`
+write each chunk's rows one after the other into room for their bound (`|A_i| + |B_i|`, or the
+lesser for an intersection); the chunks after the first then move down in place (`_packed`).
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ def spgemm(
 
         schedule = names["schedule"] = shipped.cpu_hash
     if mask is None and target == "cpu" and workspace_of(schedule) == "local":
-        fused = _spgemm_fused(A, B, shape, cls, names, schedule, threads)
+        fused = _spgemm_fused(A, B, shape, cls, names, schedule, threads, default=chosen is None)
         if fused is not None:
             return fused
     parts = _parts(schedule, thread_args, m, n)
@@ -307,37 +308,18 @@ def spgemm(
 #: only the pages written are ever backed by memory; past this many bytes of room (virtual), the
 #: product runs the symbolic pass first instead and allocates its exact size.
 FUSED_ROOM_BYTES = 1 << 34
-#: Chunks written by several threads land in a scratch buffer kept between calls (up to this
-#: many bytes): a fresh one would be faulted in page by page on every call, which costs here
-#: about as much as writing it (the result's own pages are faulted in once, as scipy's are).
-#: One buffer per pair of dtypes; `release_scratch()` frees them.
+#: The host's per-row arrays are kept between calls up to this many bytes each (`_ROWS`);
+#: `release_scratch()` frees them.
 SCRATCH_BYTES = 1 << 28
-_SCRATCH: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def release_scratch() -> None:
-    """Free the scratch buffers that the one-pass SpGEMM and the merges keep between calls."""
-    _SCRATCH.clear()
+    """Free the per-row arrays that SpGEMM and the merges keep between calls."""
     _ROWS.clear()
 
 
-def _scratch(size: int, idtype: np.dtype, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Arrays of at least `size` values and indices: the kept ones where they are large enough
-    (taken out while in use, so that concurrent calls never share them), else new ones."""
-    key = (idtype.name, dtype.name)
-    kept = _SCRATCH.pop(key, None)
-    if kept is not None and len(kept[0]) >= size:
-        return kept
-    return np.empty(size, dtype), np.empty(size, idtype)
-
-
-def _keep_scratch(arrays: tuple[np.ndarray, np.ndarray]) -> None:
-    if len(arrays[0]) * (arrays[0].itemsize + arrays[1].itemsize) <= SCRATCH_BYTES:
-        _SCRATCH[(arrays[1].dtype.name, arrays[0].dtype.name)] = arrays
-
-
 #: Per-row arrays of the host steps (each row's work and room, their prefix sums, its count),
-#: kept between calls as the scratch buffer is: on a mesh of 160,000 rows, faulting in the fresh
+#: kept between calls: on a mesh of 160,000 rows, faulting in the fresh
 #: ones cost about as much as a tenth of the product.
 _ROWS: dict[tuple[str, str], np.ndarray] = {}
 
@@ -359,61 +341,106 @@ def _keep_rows(name: str, *arrays: np.ndarray) -> None:
             _ROWS[(f"{name}{i}", arr.dtype.name)] = arr
 
 
-def _spgemm_fused(A, B, shape, cls, names: dict, schedule, threads) -> scipy.sparse.csr_matrix | None:
+def _spgemm_fused(
+    A, B, shape, cls, names: dict, schedule, threads, default: bool = False
+) -> scipy.sparse.csr_matrix | None:
     """`A @ B` in one pass over the rows (accumulate, sort, write), no symbolic pass: chunk `p`
-    writes its rows one after the other from `t_start[p]`, room for its rows' bounds. One
-    chunk writes the result's own arrays, shrunk afterwards to its size (`ndarray.resize`: a
-    reallocation in place, nothing copied); several write a scratch buffer, copied into the
-    result by `compact_chunks`. None where the room would pass `FUSED_ROOM_BYTES` or the index
-    dtype."""
+    writes its rows one after the other from `t_start[p]`, room for its rows' bounds, in the
+    result's own arrays; the chunks after the first move down (`_move_chunks`) and the arrays
+    shrink to the result's size (`ndarray.resize`: a reallocation in place, nothing copied).
+    None where the room would pass `FUSED_ROOM_BYTES` or the index dtype. With the `default`
+    schedule, a call on one thread runs the kernels of `cpu_serial` (no parallel region to
+    launch: measured a quarter of a small product's time)."""
     m, n = shape
     k = A.shape[1]
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
     estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
-    # Each row's work and room written after a leading slot, then summed in place: their prefix sums.
+    # Each row's work and room written after a leading slot; the work summed in place (its prefix
+    # sum balances the chunks), the room summed over each chunk only (where the chunks start).
     kept = _take_rows("spgemm", 2, m + 1, np.int64)
     work, room = kept[0][: m + 1], kept[1][: m + 1]
-    kernel("work", **names)(
+    kernel("work", **_serial_on_one(names, estimate, default))(
         **structure, c_work=work[1:], c_room=room[1:], bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1,
         nnz_a=A.nnz, check_structure=False, **estimate,
     )  # fmt: skip
-    prefix_in_place(work), prefix_in_place(room)
-    nnz_t = int(room[-1])
+    prefix_in_place(work)
+    nnz_t = int(room[1:].sum())
     if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
         _keep_rows("spgemm", *kept)
         return None
     thread_args = _threads(threads, "cpu", int(work[-1]))
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m, n))
     parts = len(bounds) - 1
-    t_start = room[bounds]
-    if parts == 1:
-        t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
-    else:
-        t_data, t_indices = _scratch(nnz_t, idtype, dtype)
-    # The result's indptr: each row's count written after a leading slot, summed in place (the
-    # counts sum to at most nnz_t, which fits the index dtype).
+    t_start = np.zeros(parts + 1, np.int64)
+    for p in range(parts):
+        t_start[p + 1] = t_start[p] + room[1 + bounds[p] : 1 + bounds[p + 1]].sum()
+    # The chunks write the result's own arrays (room for every row; only the pages written are
+    # faulted in), the chunks after the first then move down in place.
+    t_data, t_indices = np.empty(nnz_t, dtype), np.empty(nnz_t, idtype)
+    # The result's indptr: each row's end within its chunk written after a leading slot, the
+    # chunks before it added afterwards (the ends are at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
-    kernel("fused", **names)(
+    kernel("fused", **_serial_on_one(names, thread_args, default))(
         **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
-        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_count=indptr[1:], w_prefix=work,
+        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_end=indptr[1:], w_prefix=work,
         bounds=bounds, m=m, k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data),
         check_structure=False, **thread_args,
     )  # fmt: skip
     _keep_rows("spgemm", *kept)
-    nnz = int(prefix_in_place(indptr)[-1])
-    if parts == 1:
-        t_data.resize(nnz, refcheck=False)
-        t_indices.resize(nnz, refcheck=False)
-        return _csr((t_data, t_indices, indptr), shape, cls)
-    data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
+    indptr[0] = 0
+    for p in range(1, parts):
+        indptr[bounds[p] + 1 : bounds[p + 1] + 1] += indptr[bounds[p]]
+    nnz = int(indptr[-1])
+    _move_chunks(t_data, t_indices, t_start, indptr, bounds, names, thread_args)
+    t_data.resize(nnz, refcheck=False)
+    t_indices.resize(nnz, refcheck=False)
+    return _csr((t_data, t_indices, indptr), shape, cls)
+
+
+def _serial_on_one(names: dict, thread_args: dict, default: bool) -> dict:
+    """`names` with the `cpu_serial` schedule where the default schedule runs on one thread."""
+    if not default or thread_args.get("threads") != 1:
+        return names
+    from schedules import spgemm as shipped
+
+    return {**names, "schedule": shipped.cpu_serial}
+
+
+def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread_args: dict) -> None:
+    """Chunks of rows written one after the other from `t_start[p]` moved down to their `indptr`
+    positions in the same arrays (the first chunk is there already). Where every chunk's target
+    lies below every chunk's source, the rows after the first chunk are copied in pieces of
+    equal size, one per thread; else the chunks move one after the other in order on one thread
+    (a chunk's target never reaches past its own start)."""
+    parts = len(bounds) - 1
+    m, nnz = len(indptr) - 1, int(indptr[-1])
+    if parts == 1 or np.all(t_start[1:-1] == indptr[bounds[1:-1]]):
+        return
+    sizes = {"m": m, "nnz_t": len(t_indices), "nnz_c": nnz, "check_structure": False}
+    import numba
+
+    threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
+    first = int(bounds[1])
+    if t_start[1] < nnz or threads < 2:
+        kernel("compact_chunks", **names)(
+            t_data=t_data, t_indices=t_indices, t_start=t_start[1:], c_data=t_data[:nnz], c_indices=t_indices[:nnz],
+            c_indptr=indptr, bounds=bounds[1:], parts=parts - 1, **sizes, threads=1,
+        )  # fmt: skip
+        return
+    # Pieces of equal nnz over the rows after the first chunk, cut also at the chunks' bounds.
+    goals = indptr[first] + (nnz - int(indptr[first])) * np.arange(1, threads) // threads
+    cuts = np.searchsorted(indptr[first:], goals) + first
+    pieces = np.unique(np.concatenate([bounds[1:], cuts.astype(np.int32)])).astype(np.int32)
+    chunk = np.searchsorted(bounds, pieces[:-1], side="right") - 1
+    sources = np.empty(len(pieces), np.int64)
+    sources[:-1] = t_start[chunk] + (indptr[pieces[:-1]] - indptr[bounds[chunk]])
+    sources[-1] = t_start[-1]
     kernel("compact_chunks", **names)(
-        t_data=t_data, t_indices=t_indices, t_start=t_start, c_data=data, c_indices=indices, c_indptr=indptr,
-        bounds=bounds, m=m, parts=parts, nnz_t=len(t_data), nnz_c=nnz, check_structure=False, **thread_args,
+        t_data=t_data, t_indices=t_indices, t_start=sources, c_data=t_data[:nnz], c_indices=t_indices[:nnz],
+        c_indptr=indptr, bounds=pieces, parts=len(pieces) - 1, **sizes, **thread_args,
     )  # fmt: skip
-    _keep_scratch((t_data, t_indices))
-    return _csr((data, indices, indptr), shape, cls)
 
 
 def _irregular(A) -> bool:

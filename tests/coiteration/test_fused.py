@@ -1,7 +1,7 @@
 """The one-pass SpGEMM (`kernels.spgemm_work_script`, `spgemm_fused_script`,
 `compact_chunks_script`) and the host steps around it (`ops.coiteration._spgemm_fused`): the
 kernels against the loop interpreter, each row-ordering path (a scan of the workspace, insertion
-sort, the counting sort) against scipy, several chunks through the kept scratch buffer, and the
+sort, the counting sort) against scipy, several chunks moved down in place, and the
 fallback to the two-pass product. Small matrices, one compile per kernel and dtype pair.
 """
 
@@ -21,21 +21,25 @@ from sparsetir_py.ops.coiteration import spgemm
 
 
 def three_orders(idtype: str = "int32", dtype: str = "float32"):
-    """A (6 x 4) and B (4 x 2000) whose product's rows take every ordering path: row 0 has 40
-    entries over 1600 columns (counting sort), row 1 has 10 over 900 (insertion sort), row 2 has
-    40 over 40 (a scan of the workspace), row 3 is empty, row 4 is one row of B, row 5 sums two
-    rows of B that overlap."""
+    """A (7 x 5) and B (5 x 2000) whose product's rows take every ordering path: row 0 has 80
+    entries over 1980 columns (no branch on new columns, counting sort), row 1 has 10 over 900
+    (insertion sort), row 2 has 80 over 80 (a dense row: no list of columns, a scan of the
+    workspace), row 3 is empty, row 4 is one row of B, row 5 sums three rows of B that may
+    overlap (counting sort), row 6 has 20 entries over 25 columns (a scan of the workspace)."""
     rng = np.random.default_rng(26)
     rows = [
-        np.sort(rng.choice(np.arange(0, 2000, 40), 40, replace=False)),  # B row 0: 40 entries, wide
+        np.sort(rng.choice(np.arange(0, 2000, 20), 80, replace=False)),  # B row 0: 80 entries, wide
         np.sort(rng.choice(np.arange(100, 1000), 10, replace=False))[::-1].copy(),  # B row 1: 10, wide
-        np.arange(500, 540),  # B row 2: 40 consecutive columns
+        np.arange(500, 580),  # B row 2: 80 consecutive columns
         np.array([7, 1999]),
+        np.sort(rng.choice(np.arange(600, 625), 20, replace=False)),  # B row 4: 20 over 25 columns
     ]
-    dense_b = np.zeros((4, 2000), bool)
+    dense_b = np.zeros((5, 2000), bool)
     for i, cols in enumerate(rows):
         dense_b[i, cols] = True
-    pattern_a = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 1, 1]], bool)
+    pattern_a = np.zeros((7, 5), bool)
+    for i, cols in enumerate([[0], [1], [2], [], [3], [1, 2, 3], [4]]):
+        pattern_a[i, cols] = True
     A = make_csr(pattern_a, rng.uniform(-1, 1, int(pattern_a.sum())), idtype, dtype)
     B = make_csr(dense_b, rng.uniform(-1, 1, int(dense_b.sum())), idtype, dtype)
     return A, B
@@ -48,13 +52,13 @@ def test_fused_kernels_match_the_interpreter():
     m, k = A.shape
     n = B.shape[1]
     names = {"idtype": "int64", "dtype": "float32"}
-    bounds = np.array([0, 3, 6], np.int32)
+    bounds = np.array([0, 3, 7], np.int32)
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "m": m, "k": k, "n": n}
     work_args = {**structure, "bounds": bounds, "parts": 2, "nnz_a": A.nnz}
     outputs = {"c_work": np.zeros(m, np.int64), "c_room": np.zeros(m, np.int64)}
     got = run_both("work", names, work_args, outputs)
-    assert list(got["c_work"]) == [40, 10, 40, 0, 2, 52]
-    assert list(got["c_room"]) == [40, 10, 40, 0, 2, 52]
+    assert list(got["c_work"]) == [80, 10, 80, 0, 2, 92, 20]
+    assert list(got["c_room"]) == [80, 10, 80, 0, 2, 92, 20]
     room = prefix(got["c_room"])
     t_start = room[bounds]
     nnz_t = int(t_start[-1])
@@ -62,12 +66,14 @@ def test_fused_kernels_match_the_interpreter():
                   "w_prefix": prefix(got["c_work"]), "bounds": bounds, "parts": 2, "nnz_a": A.nnz, "nnz_b": B.nnz,
                   "nnz_t": nnz_t}  # fmt: skip
     outputs = {"t_data": np.zeros(nnz_t, np.float32), "t_indices": np.zeros(nnz_t, np.int64),
-               "c_count": np.zeros(m, np.int64)}  # fmt: skip
+               "c_end": np.zeros(m, np.int64)}  # fmt: skip
     got = run_both("fused", names, fused_args, outputs)
     want = (A.astype(np.float64) @ B.astype(np.float64)).tocsr()
     want.sort_indices()
-    np.testing.assert_array_equal(got["c_count"], np.diff(want.indptr))
-    indptr = prefix(got["c_count"])
+    # Each row's end counted from its chunk's start: the chunks before it added, indptr.
+    indptr = np.concatenate([[0], got["c_end"]])
+    indptr[bounds[1] + 1 :] += indptr[bounds[1]]
+    np.testing.assert_array_equal(indptr, want.indptr)
     compact_args = {"t_data": got["t_data"], "t_indices": got["t_indices"], "t_start": t_start, "c_indptr": indptr,
                     "bounds": bounds, "m": m, "parts": 2, "nnz_t": nnz_t, "nnz_c": want.nnz}  # fmt: skip
     outputs = {"c_data": np.zeros(want.nnz, np.float32), "c_indices": np.zeros(want.nnz, np.int64)}
@@ -92,34 +98,37 @@ def run_both(name: str, names: dict, inputs: dict, outputs: dict) -> dict:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_every_row_order_against_scipy(threads, monkeypatch):
     """The operator on the three-orders product, in one chunk (the result's own arrays, shrunk)
-    and in two (the scratch buffer, compacted), int32/float32 and int64/float64."""
+    and in two (the later moved down), int32/float32 and int64/float64."""
     monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
     for idtype, dtype in (("int32", "float32"), ("int64", "float64")):
         A, B = three_orders(idtype, dtype)
         check_spgemm(A, B, threads=threads)
 
 
-def test_chunks_through_the_kept_scratch(monkeypatch):
-    """Several chunks write the scratch buffer kept between calls: a larger product after a
-    smaller one, then a smaller one again (the kept buffer reused); results never share memory
-    with it, and a rectangular product with empty rows and columns comes out right."""
+def test_chunks_in_place(monkeypatch):
+    """Several chunks write the result's own arrays and the later ones move down: in pieces,
+    one per thread, where every target lies below every source (a product with many duplicate
+    products: room to spare), else in order on one thread (a product whose rows have no duplicates fills its room)."""
     monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
-    monkeypatch.setattr(operators, "_SCRATCH", {})
+    moves = []
+    move = operators._move_chunks
+    monkeypatch.setattr(operators, "_move_chunks", lambda *a: moves.append(a[2][1] >= a[3][-1]) or move(*a))
     A = load_matrix("cora")
-    small = A[:300, :300].tocsr()
-    rng = np.random.default_rng(5)
-    mask = rng.random((A.shape[1], 50)) < 0.05
-    mask[:, 7] = False  # an empty column
-    R = make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), "int32", "float32")
+    rng = np.random.default_rng(7)
+    eye = make_csr(np.eye(A.shape[0], dtype=bool), rng.uniform(-1, 1, A.shape[0]), "int32", "float32")
+    # Rows of 1000 products over 100 columns: room (301 entries) three times their size.
+    full = np.ones((200, 10), bool)
+    wide = np.zeros((10, 300), bool)
+    wide[:, :100] = True
+    F = make_csr(full, rng.uniform(-1, 1, full.size), "int32", "float32")
+    W = make_csr(wide, rng.uniform(-1, 1, int(wide.sum())), "int32", "float32")
     results = []
-    for left, right in ((small, small), (A, A), (A, R), (small, small)):
-        C = spgemm(left, right, threads=2)
+    for left, right in ((A, A), (A, eye), (F, W), (A[:300, :300].tocsr(), A[:300, :300].tocsr())):
         check_spgemm(left, right, threads=2)
-        results.append(C)
-    kept = [arr for pair in operators._SCRATCH.values() for arr in pair]
-    assert kept, "the scratch buffer is kept between calls"
+        results.append(spgemm(left, right, threads=2))
+    assert True in moves and False in moves
     for C in results:
-        assert not any(np.shares_memory(C.data, k) or np.shares_memory(C.indices, k) for k in kept)
+        assert C.data.flags.owndata and C.indices.flags.owndata
 
 
 def test_two_pass_fallback(monkeypatch):
