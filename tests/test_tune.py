@@ -285,7 +285,7 @@ def test_b_past_the_cache_raises_the_cost_per_nonzero():
     and the hyb family's line says whether B fits."""
     rng = np.random.default_rng(0)
     times = []
-    for n in (100, 1000, 100_000):
+    for n in (100, 1500, 100_000):  # B of 50 KB, 750 KB (past both threads' L2), 50 MB
         cols = rng.integers(0, n, size=(2000, 16))
         A = sps.csr_matrix(
             (np.ones(cols.size, np.float32), cols.reshape(-1), np.arange(0, cols.size + 1, 16)), (2000, n)
