@@ -172,14 +172,6 @@ class Reordered:
             taken = gather(flat, self.take, np.empty(nnz, dtype), None) if nnz else np.empty(0, dtype)
         return with_data(self.template, taken)
 
-    @property
-    def indptr(self) -> np.ndarray:
-        return self.template.indptr
-
-    @property
-    def indices(self) -> np.ndarray:
-        return self.template.indices
-
 
 def reordering(A, name: str = "A") -> Reordered | None:
     """`A`'s `Reordered` (made, after checking A, once per structure), or None: for a canonical

@@ -117,7 +117,7 @@ def _call(op: Operator, A, dense: tuple, format, target, schedule, out, threads,
     order = None
     if target == "cpu" and scipy.sparse.issparse(A) and not (A.format == "csr" and structure_checked(A)):
         order = reordering(A)
-    csr = as_csr(A, values=order is None or module is None or op.name != "spmm")
+    csr = as_csr(A) if order is None else order.matrix(A, values=module is None or op.name != "spmm")
     dtype, operands, feat = dense_operands(op.name, csr.shape, csr.dtype, dense)
     inputs = (*operands, A.data if hasattr(A, "data") else None)
     # A later call with this key repeats this one's kernel (`repeat`): A itself, or a converted A
