@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 
+import numba
 import numpy as np
 
 from ..errors import InputError
@@ -53,10 +54,30 @@ def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
     return np.maximum.accumulate(bounds)
 
 
+@numba.njit(boundscheck=False, cache=True, nogil=True)
+def _running_sum(counts, out):
+    total = out.dtype.type(0)
+    for t in range(counts.size):
+        total += counts[t]
+        out[t] = total
+
+
+def running_sum(counts: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`out[t] = counts[0] + ... + counts[t]` in `out`'s dtype (`out` may be `counts`): what
+    `np.cumsum(counts, out=out)` computes, compiled (numpy's integer accumulate runs a generic
+    loop: 64k int64 counts, 170 us against 22 us). Returns `out`."""
+    if counts.size != out.size:
+        raise ValueError(f"running_sum: {counts.size} counts into {out.size} entries")
+    if counts.size:
+        _running_sum(counts, out)
+    return out
+
+
 def prefix(counts: np.ndarray) -> np.ndarray:
     """indptr from per-row counts: the prefix sum (int64, so that it cannot wrap)."""
-    indptr = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
+    indptr = np.empty(len(counts) + 1, np.int64)
+    indptr[0] = 0
+    running_sum(counts, indptr[1:])
     return indptr
 
 
@@ -65,8 +86,22 @@ def prefix_in_place(counts: np.ndarray) -> np.ndarray:
     running sum and `counts[0]` by 0: an indptr made in the same array (a new one would be faulted
     in page by page). The sums must fit the array's dtype. Returns `counts`."""
     counts[0] = 0
-    np.cumsum(counts[1:], out=counts[1:])
+    running_sum(counts[1:], counts[1:])
     return counts
+
+
+def move_down(arrays: tuple[np.ndarray, ...], t_start: np.ndarray, indptr: np.ndarray, bounds: np.ndarray) -> None:
+    """Chunks of rows written one after the other (chunk `p`: rows `bounds[p]` to `bounds[p + 1]`,
+    from `t_start[p]`) moved down to their `indptr` positions in the same arrays, in order: a
+    chunk's target never reaches past its own start (a chunk holds at most its room), so each
+    move reads nothing an earlier one wrote. numpy copies an overlapping slice of the same array
+    as `memmove` does (no temporary): 4elt's second chunk (144k entries) 28 us an array, where a
+    compiled loop, which cannot tell that the two ranges are one array, ran 3x slower."""
+    for p in range(1, len(bounds) - 1):
+        lo, hi, src = int(indptr[bounds[p]]), int(indptr[bounds[p + 1]]), int(t_start[p])
+        if src != lo:
+            for arr in arrays:
+                arr[lo:hi] = arr[src : src + hi - lo]
 
 
 def table_size(widest: int) -> int:
@@ -78,8 +113,9 @@ def table_size(widest: int) -> int:
 def work_prefix(a_indptr: np.ndarray, a_indices: np.ndarray, b_indptr: np.ndarray) -> np.ndarray:
     """The prefix sum of each row's multiply-adds in `A @ B` (the lengths of the rows of B that
     the row of A selects)."""
-    selected = np.zeros(len(a_indices) + 1, np.int64)
-    np.cumsum(np.diff(b_indptr)[a_indices], out=selected[1:])
+    selected = np.empty(len(a_indices) + 1, np.int64)
+    selected[0] = 0
+    running_sum(np.diff(b_indptr)[a_indices], selected[1:])
     return selected[a_indptr]
 
 

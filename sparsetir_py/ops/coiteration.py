@@ -58,6 +58,7 @@ from ..coiteration.host import (
     PARALLEL_GRAIN,
     WORKSPACE_BYTES,
     chunk_bounds,
+    move_down,
     prefix,
     prefix_in_place,
     table_size,
@@ -424,10 +425,7 @@ def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread
     threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
     first = int(bounds[1])
     if t_start[1] < nnz or threads < 2:
-        kernel("compact_chunks", **names)(
-            t_data=t_data, t_indices=t_indices, t_start=t_start[1:], c_data=t_data[:nnz], c_indices=t_indices[:nnz],
-            c_indptr=indptr, bounds=bounds[1:], parts=parts - 1, **sizes, threads=1,
-        )  # fmt: skip
+        move_down((t_data, t_indices), t_start, indptr, bounds)
         return
     # Pieces of equal nnz over the rows after the first chunk, cut also at the chunks' bounds.
     goals = indptr[first] + (nnz - int(indptr[first])) * np.arange(1, threads) // threads
@@ -583,11 +581,7 @@ def _packed(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds,
             bounds=bounds, parts=parts, **sizes, **thread_args,
         )  # fmt: skip
         return _csr((data, indices, indptr), shape, cls)
-    if parts > 1 and np.any(t_start[1:-1] != indptr[bounds[1:-1]]):
-        kernel("compact_chunks", **names)(
-            t_data=t_data, t_indices=t_indices, t_start=t_start[1:], c_data=t_data[:nnz], c_indices=t_indices[:nnz],
-            c_indptr=indptr, bounds=bounds[1:], parts=parts - 1, **sizes, threads=1,
-        )  # fmt: skip
+    move_down((t_data, t_indices), t_start, indptr, bounds)
     t_data.resize(nnz, refcheck=False)
     t_indices.resize(nnz, refcheck=False)
     return _csr((t_data, t_indices, indptr), shape, cls)
