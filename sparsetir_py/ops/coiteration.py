@@ -44,6 +44,7 @@ lesser for an intersection); the chunks after the first then move down in place 
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Callable
 
@@ -66,8 +67,8 @@ from ..coiteration.host import (
 )
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
-from ..operands import remember_structure, structure_checked
-from ..runtime.kernel import Kernel
+from ..operands import DTYPE_NAMES, remember_structure, structure_checked
+from ..runtime.kernel import CPUKernel, Kernel
 from ..script import from_script
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
@@ -105,9 +106,21 @@ def kernel(name: str, idtype: str, dtype: str, target: str = "cpu", schedule=Non
     """The compiled kernel `name` ("count", "numeric", "work", "fused", "masked", "compact",
     "compact_chunks", "add", "multiply"),
     built once per dtypes, target and schedule."""
-    schedule = resolve_schedule("spgemm", target, schedule)
+    if not callable(schedule):  # a name or None; the operators pass the function they resolved
+        schedule = resolve_schedule("spgemm", target, schedule)
     key = KernelKey(name, "csr", dtype, idtype, target, None, schedule)
     return compiled(key, lambda: from_script(_script(name, idtype, dtype, workspace_of(schedule))))
+
+
+def _launch(compiled_kernel: Kernel, thread_args: dict, args: dict) -> None:
+    """Run one of the operators' kernels on `args`: arrays made here or operands checked already,
+    scalars of the operands' sizes. On the CPU with no check (`CPUKernel.run_trusted`: binding
+    ~20 arguments by name cost 10-15 us a kernel, and a small product runs two); elsewhere a
+    call without the structure check (CUDA copies the arrays to the device and back)."""
+    if isinstance(compiled_kernel, CPUKernel):
+        compiled_kernel.run_trusted(thread_args.get("threads"), args)
+    else:
+        compiled_kernel(check_structure=False, **thread_args, **args)
 
 
 def workspace_of(schedule) -> str:
@@ -162,13 +175,39 @@ def _common(mats: list, wide: bool = False) -> tuple[list, np.dtype, np.dtype]:
 
 def _csr(arrays: tuple, shape: tuple[int, int], cls) -> scipy.sparse.csr_matrix:
     """A canonical CSR matrix of `cls` holding exactly these arrays (scipy's constructor would
-    narrow int64 indices that fit int32)."""
+    narrow int64 indices that fit int32): a shallow copy of a canonical matrix of `cls` that
+    scipy's constructor made once (`_template`), with these arrays and this shape. The
+    constructor's checks cost 13-30 us a call, as much as a small product's kernel."""
     data, indices, indptr = arrays
-    C = cls((data, indices, indptr), shape=shape, copy=False)
-    C.data, C.indices, C.indptr = data, indices, indptr
+    template = _template(cls)
+    if template is None:
+        C = cls((data, indices, indptr), shape=shape, copy=False)
+        C.data, C.indices, C.indptr = data, indices, indptr
+    else:
+        C = object.__new__(cls)
+        C.__dict__.update(template.__dict__)
+        C.data, C.indices, C.indptr = data, indices, indptr
+        C._shape = (int(shape[0]), int(shape[1]))
     C.has_sorted_indices = True
     C.has_canonical_format = True
     return C
+
+
+@functools.cache
+def _template(cls):
+    """An empty canonical matrix of `cls` whose attributes (scipy's `_shape` among them) a result
+    copies, or None where this scipy keeps its shape elsewhere (then `_csr` calls the constructor)."""
+    empty = (np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int32))
+    template = cls(empty, shape=(0, 0))
+    template.has_sorted_indices = True
+    template.has_canonical_format = True
+    probe = object.__new__(cls)
+    probe.__dict__.update(template.__dict__)
+    probe._shape = (1, 0)
+    probe.indptr = np.zeros(2, np.int32)
+    if "_shape" not in template.__dict__ or probe.shape != (1, 0) or probe.nnz != 0:
+        return None
+    return template
 
 
 def _result_class(A) -> type:
@@ -203,7 +242,8 @@ def _parts(schedule, thread_args: dict, m: int, n: int = 0) -> int:
     per_thread = getattr(schedule, "parts_per_thread", 1)
     if per_thread == 0:
         return 1
-    threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
+    available = numba.get_num_threads()
+    threads = min(thread_args.get("threads", available), available)
     return max(1, threads, min(per_thread * threads, WORKSPACE_BYTES // max(1, 12 * n)))
 
 
@@ -243,7 +283,7 @@ def spgemm(
     A, B = mats[:2]
     m, k = A.shape
     n = shape[1]
-    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     # The symbolic pass is balanced by A's nonzeros; it measures each row's work (the lengths of
     # the rows of B it selects), which balances the numeric pass.
     thread_args = _threads(threads, target, A.nnz + B.nnz)
@@ -270,20 +310,20 @@ def spgemm(
         # Each row's count written after a leading slot and summed in place (the counts sum to at
         # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
         indptr = np.empty(m + 1, idtype)
-        kernel("masked", **names)(
-            **operands, **values, **sizes, m_indptr=M.indptr, m_indices=M.indices, nnz_m=M.nnz, c_data=t_data,
-            c_indices=t_indices, c_count=indptr[1:], bounds=bounds, check_structure=False, **thread_args,
+        _launch(kernel("masked", **names), thread_args, {
+            **operands, **values, **sizes, "m_indptr": M.indptr, "m_indices": M.indices, "nnz_m": M.nnz,
+            "c_data": t_data, "c_indices": t_indices, "c_count": indptr[1:], "bounds": bounds,
             **_workspaces(schedule, sizes["parts"], n, dtype, True),
-        )  # fmt: skip
+        })  # fmt: skip
         return _compacted(t_data, t_indices, M.indptr, prefix_in_place(indptr), shape, cls, names, bounds, thread_args)
     counts = np.empty(m, idtype)
     # A hash table twice the widest row: at most the row's multiply-adds, at most n.
     hsize = {"hsize": table_size(min(int(np.diff(work).max(initial=0)), n))} if hashed else {}
     work = np.empty(m, np.int64)
-    kernel("count", **names)(
-        **operands, **sizes, c_count=counts, c_work=work, bounds=bounds, check_structure=False, **thread_args,
+    _launch(kernel("count", **names), thread_args, {
+        **operands, **sizes, "c_count": counts, "c_work": work, "bounds": bounds,
         **_workspaces(schedule, sizes["parts"], n, dtype, False), **hsize,
-    )  # fmt: skip
+    })  # fmt: skip
     work = prefix(work)
     if threads is None:
         thread_args = _threads(None, target, int(work[-1]))
@@ -297,11 +337,11 @@ def spgemm(
     indptr = indptr.astype(idtype, copy=False)
     nnz = int(indptr[-1])
     data, indices = np.empty(nnz, dtype), np.empty(nnz, idtype)
-    kernel("numeric", **names)(
-        **operands, **values, **sizes, c_data=data, c_indptr=indptr, c_indices=indices, nnz_c=nnz, bounds=bounds,
-        check_structure=False, **thread_args, **_workspaces(schedule, sizes["parts"], n, dtype, True),
+    _launch(kernel("numeric", **names), thread_args, {
+        **operands, **values, **sizes, "c_data": data, "c_indptr": indptr, "c_indices": indices, "nnz_c": nnz,
+        "bounds": bounds, **_workspaces(schedule, sizes["parts"], n, dtype, True),
         **({"hsize": table_size(int(counts.max(initial=0)))} if hashed else {}),
-    )  # fmt: skip
+    })  # fmt: skip
     return _csr((data, indices, indptr), shape, cls)
 
 
@@ -322,7 +362,7 @@ def release_scratch() -> None:
 #: Per-row arrays of the host steps (each row's work and room, their prefix sums, its count),
 #: kept between calls: on a mesh of 160,000 rows, faulting in the fresh
 #: ones cost about as much as a tenth of the product.
-_ROWS: dict[tuple[str, str], np.ndarray] = {}
+_ROWS: dict[tuple[str, int, np.dtype], np.ndarray] = {}
 
 
 def _take_rows(name: str, count: int, size: int, dtype) -> tuple[np.ndarray, ...]:
@@ -331,7 +371,7 @@ def _take_rows(name: str, count: int, size: int, dtype) -> tuple[np.ndarray, ...
     them back."""
     arrays = []
     for i in range(count):
-        kept = _ROWS.pop((f"{name}{i}", np.dtype(dtype).name), None)
+        kept = _ROWS.pop((name, i, np.dtype(dtype)), None)
         arrays.append(kept if kept is not None and len(kept) >= size else np.empty(size, dtype))
     return tuple(arrays)
 
@@ -339,7 +379,7 @@ def _take_rows(name: str, count: int, size: int, dtype) -> tuple[np.ndarray, ...
 def _keep_rows(name: str, *arrays: np.ndarray) -> None:
     for i, arr in enumerate(arrays):
         if arr.nbytes <= SCRATCH_BYTES:
-            _ROWS[(f"{name}{i}", arr.dtype.name)] = arr
+            _ROWS[(name, i, arr.dtype)] = arr
 
 
 def _spgemm_fused(
@@ -362,10 +402,10 @@ def _spgemm_fused(
     # sum balances the chunks), the room summed over each chunk only (where the chunks start).
     kept = _take_rows("spgemm", 2, m + 1, np.int64)
     work, room = kept[0][: m + 1], kept[1][: m + 1]
-    kernel("work", **_serial_on_one(names, estimate, default))(
-        **structure, c_work=work[1:], c_room=room[1:], bounds=bounds, m=m, k=k, n=n, parts=len(bounds) - 1,
-        nnz_a=A.nnz, check_structure=False, **estimate,
-    )  # fmt: skip
+    _launch(kernel("work", **_serial_on_one(names, estimate, default)), estimate, {
+        **structure, "c_work": work[1:], "c_room": room[1:], "bounds": bounds, "m": m, "k": k, "n": n,
+        "parts": len(bounds) - 1, "nnz_a": A.nnz,
+    })  # fmt: skip
     prefix_in_place(work)
     nnz_t = int(room[1:].sum())
     if nnz_t * (idtype.itemsize + dtype.itemsize) > FUSED_ROOM_BYTES or (nnz_t > _INT32_MAX and idtype == np.int32):
@@ -383,12 +423,12 @@ def _spgemm_fused(
     # The result's indptr: each row's end within its chunk written after a leading slot, the
     # chunks before it added afterwards (the ends are at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
-    kernel("fused", **_serial_on_one(names, thread_args, default))(
-        **structure, a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False),
-        b_indices=B.indices, t_data=t_data, t_indices=t_indices, t_start=t_start, c_end=indptr[1:], w_prefix=work,
-        bounds=bounds, m=m, k=k, n=n, parts=parts, nnz_a=A.nnz, nnz_b=B.nnz, nnz_t=len(t_data),
-        check_structure=False, **thread_args,
-    )  # fmt: skip
+    _launch(kernel("fused", **_serial_on_one(names, thread_args, default)), thread_args, {
+        **structure, "a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False),
+        "b_indices": B.indices, "t_data": t_data, "t_indices": t_indices, "t_start": t_start, "c_end": indptr[1:],
+        "w_prefix": work, "bounds": bounds, "m": m, "k": k, "n": n, "parts": parts, "nnz_a": A.nnz, "nnz_b": B.nnz,
+        "nnz_t": len(t_data),
+    })  # fmt: skip
     _keep_rows("spgemm", *kept)
     indptr[0] = 0
     for p in range(1, parts):
@@ -419,7 +459,7 @@ def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread
     m, nnz = len(indptr) - 1, int(indptr[-1])
     if parts == 1 or np.all(t_start[1:-1] == indptr[bounds[1:-1]]):
         return
-    sizes = {"m": m, "nnz_t": len(t_indices), "nnz_c": nnz, "check_structure": False}
+    sizes = {"m": m, "nnz_t": len(t_indices), "nnz_c": nnz}
     import numba
 
     threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
@@ -435,10 +475,10 @@ def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread
     sources = np.empty(len(pieces), np.int64)
     sources[:-1] = t_start[chunk] + (indptr[pieces[:-1]] - indptr[bounds[chunk]])
     sources[-1] = t_start[-1]
-    kernel("compact_chunks", **names)(
-        t_data=t_data, t_indices=t_indices, t_start=sources, c_data=t_data[:nnz], c_indices=t_indices[:nnz],
-        c_indptr=indptr, bounds=pieces, parts=len(pieces) - 1, **sizes, **thread_args,
-    )  # fmt: skip
+    _launch(kernel("compact_chunks", **names), thread_args, {
+        "t_data": t_data, "t_indices": t_indices, "t_start": sources, "c_data": t_data[:nnz],
+        "c_indices": t_indices[:nnz], "c_indptr": indptr, "bounds": pieces, "parts": len(pieces) - 1, **sizes,
+    })  # fmt: skip
 
 
 def _irregular(A) -> bool:
@@ -462,18 +502,19 @@ def _compacted(t_data, t_indices, t_start, indptr, shape, cls, names: dict, boun
         # A CUDA kernel's arguments are copied to the device one by one: the same host array
         # passed twice would come back twice, so the rows move into new arrays there.
         data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, idtype)
-        kernel("compact", **names)(
-            t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=data, c_indices=indices,
-            c_indptr=indptr, bounds=bounds, m=shape[0], parts=len(bounds) - 1, nnz_t=len(t_indices), nnz_c=nnz,
-            check_structure=False, **thread_args,
-        )  # fmt: skip
+        _launch(kernel("compact", **names), thread_args, {
+            "t_data": t_data, "t_indices": t_indices, "t_start": np.ascontiguousarray(t_start), "c_data": data,
+            "c_indices": indices, "c_indptr": indptr, "bounds": bounds, "m": shape[0], "parts": len(bounds) - 1,
+            "nnz_t": len(t_indices), "nnz_c": nnz,
+        })  # fmt: skip
         return _csr((data, indices, indptr), shape, cls)
     if nnz != len(t_indices):
-        kernel("compact", **names)(
-            t_data=t_data, t_indices=t_indices, t_start=np.ascontiguousarray(t_start), c_data=t_data[:nnz],
-            c_indices=t_indices[:nnz], c_indptr=indptr, bounds=np.array([0, shape[0]], np.int32), m=shape[0], parts=1,
-            nnz_t=len(t_indices), nnz_c=nnz, check_structure=False, threads=1,
-        )  # fmt: skip
+        _launch(kernel("compact", **names), {"threads": 1}, {
+            "t_data": t_data, "t_indices": t_indices, "t_start": np.ascontiguousarray(t_start),
+            "c_data": t_data[:nnz], "c_indices": t_indices[:nnz], "c_indptr": indptr,
+            "bounds": np.array([0, shape[0]], np.int32), "m": shape[0], "parts": 1, "nnz_t": len(t_indices),
+            "nnz_c": nnz,
+        })  # fmt: skip
         t_data.resize(nnz, refcheck=False)
         t_indices.resize(nnz, refcheck=False)
     return _csr((t_data, t_indices, indptr), shape, cls)
@@ -545,17 +586,17 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
         np.subtract(B.indptr[1:], B.indptr[:-1], out=work[1:])  # the work is read: its room reused
         np.minimum(start[1:], work[1:], out=start[1:])
         prefix_in_place(start)
-    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     room = int(start[-1])
     t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
     # Each row's count written after a leading slot and summed in place: the result's indptr.
     indptr = np.empty(m + 1, idtype)
-    kernel(op, **names)(
-        a_data=A.data.astype(dtype, copy=False), a_indptr=A.indptr, a_indices=A.indices,
-        b_data=B.data.astype(dtype, copy=False), b_indptr=B.indptr, b_indices=B.indices, c_data=t_data,
-        c_indices=t_indices, c_start=start, c_count=indptr[1:], bounds=bounds, m=m, parts=len(bounds) - 1,
-        nnz_a=A.nnz, nnz_b=B.nnz, nnz_c=room, check_structure=False, **thread_args, **scalars,
-    )  # fmt: skip
+    _launch(kernel(op, **names), thread_args, {
+        "a_data": A.data.astype(dtype, copy=False), "a_indptr": A.indptr, "a_indices": A.indices,
+        "b_data": B.data.astype(dtype, copy=False), "b_indptr": B.indptr, "b_indices": B.indices, "c_data": t_data,
+        "c_indices": t_indices, "c_start": start, "c_count": indptr[1:], "bounds": bounds, "m": m,
+        "parts": len(bounds) - 1, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_c": room, **scalars,
+    })  # fmt: skip
     prefix_in_place(indptr)
     t_start = start[bounds].astype(np.int64)
     _keep_rows("ewise", *kept)
@@ -573,13 +614,13 @@ def _packed(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds,
     passed twice would come back twice)."""
     nnz = int(indptr[-1])
     parts = len(bounds) - 1
-    sizes = {"m": shape[0], "nnz_t": len(t_indices), "nnz_c": nnz, "check_structure": False}
+    sizes = {"m": shape[0], "nnz_t": len(t_indices), "nnz_c": nnz}
     if names["target"] != "cpu":
         data, indices = np.empty(nnz, t_data.dtype), np.empty(nnz, t_indices.dtype)
-        kernel("compact_chunks", **names)(
-            t_data=t_data, t_indices=t_indices, t_start=t_start, c_data=data, c_indices=indices, c_indptr=indptr,
-            bounds=bounds, parts=parts, **sizes, **thread_args,
-        )  # fmt: skip
+        _launch(kernel("compact_chunks", **names), thread_args, {
+            "t_data": t_data, "t_indices": t_indices, "t_start": t_start, "c_data": data, "c_indices": indices,
+            "c_indptr": indptr, "bounds": bounds, "parts": parts, **sizes,
+        })  # fmt: skip
         return _csr((data, indices, indptr), shape, cls)
     move_down((t_data, t_indices), t_start, indptr, bounds)
     t_data.resize(nnz, refcheck=False)
@@ -605,11 +646,10 @@ def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threa
     """`op` of two operands that share one level: the lattice's top point at every position."""
     thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
     bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
-    names = {"idtype": idtype.name, "dtype": dtype.name, "target": target, "schedule": schedule}
+    names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     data = np.empty(A.nnz, dtype)
-    kernel("same_" + op, **names)(
-        a_data=A.data.astype(dtype, copy=False), b_data=B.data.astype(dtype, copy=False), c_data=data,
-        indptr=A.indptr, bounds=bounds, m=A.shape[0], parts=len(bounds) - 1, nnz=A.nnz, check_structure=False,
-        **thread_args, **scalars,
-    )  # fmt: skip
+    _launch(kernel("same_" + op, **names), thread_args, {
+        "a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False), "c_data": data,
+        "indptr": A.indptr, "bounds": bounds, "m": A.shape[0], "parts": len(bounds) - 1, "nnz": A.nnz, **scalars,
+    })  # fmt: skip
     return _csr((data, A.indices.copy(), A.indptr.copy()), A.shape, cls)

@@ -161,6 +161,35 @@ class CPUKernel(Kernel):
         run_capped(self._fn, values, threads)
         self._raise_if_missed(values)
 
+    def run_trusted(self, threads: int | None, kwargs: dict[str, Any]) -> None:
+        """Run the kernel on arguments its caller made itself, with no check at all: every buffer a
+        1-D C-contiguous array of its declared dtype and length, every scalar in its dtype's range
+        (`threads` as in a call, checked by the caller). For a library's internal kernels, whose
+        arrays the library allocated or checked (`sp.ops`' co-iterating operators: two such
+        calls a small product, where binding them by name cost 20-30 us). A kernel with a
+        scratch buffer, a checked write or a specialised parameter takes a checked call."""
+        order = self._trusted
+        if order is None:
+            self(check_structure=False, threads=threads, **kwargs)
+            return
+        run_capped(self._fn, [kwargs[name] if cast is None else cast(kwargs[name]) for name, cast in order], threads)
+
+    @functools.cached_property
+    def _trusted(self) -> list[tuple[str, Any]] | None:
+        """(argument name, scalar type or None for a buffer) in the function's order, or None
+        where `run_trusted` cannot pass arguments through as they are."""
+        if self._flags or self.specialized:
+            return None
+        order = []
+        for kp in self.kernel_params:
+            if kp.kind == "scalar":
+                order.append((kp.obj.name, np.dtype(kp.obj.dtype).type))
+            elif kp.kind == "buffer" and kp.obj.data is not None and len(kp.obj.shape) == 1:
+                order.append((kp.obj.data.name, None))
+            else:
+                return None
+        return order
+
     def runner(self, check_structure: bool = True, threads: int | None = None, **kwargs: Any) -> Callable[[dict], None]:
         """A function that runs the kernel on a dict of arrays with the signature of `kwargs`'s
         (the same dtypes, shapes and layouts; the scalars stay `kwargs`'s), skipping every check:

@@ -73,3 +73,38 @@ def test_column_major_operand_flattened_in_its_order():
         C = np.full((7, 3), np.nan, np.float32)
         kernel(**csrmm_args(A, B, C), check_structure=False)
         np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-6)
+
+
+def test_run_trusted_takes_a_checked_call_for_two_dimensional_buffers(kernel):
+    """A kernel whose buffers are not all 1-D (csrmm's B and C) cannot take its arrays as they
+    are: `run_trusted` binds them as a checked call does."""
+    rng = np.random.default_rng(4)
+    for m, n, feat in [(7, 5, 3), (1, 1, 1), (9, 4, 2)]:
+        A = random_csr(m, n, m * n)
+        B = rng.standard_normal((n, feat)).astype(np.float32)
+        C = np.full((m, feat), np.nan, np.float32)
+        args = csrmm_args(A, B, C)
+        assert kernel._trusted is None
+        kernel.run_trusted(None, args)
+        np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-6)
+
+
+def test_run_trusted_on_one_dimensional_buffers():
+    from sparsetir_py.ops.coiteration import kernel as coiteration_kernel
+
+    work = coiteration_kernel("work", "int32", "float32")
+    assert work._trusted is not None
+    assert [name for name, _ in work._trusted][:3] == ["a_indptr", "a_indices", "b_indptr"]
+    A = random_csr(9, 6, 3)
+    B = random_csr(6, 11, 4)
+    got_work, got_room = np.full(9, -1, np.int64), np.full(9, -1, np.int64)
+    bounds = np.array([0, 4, 9], np.int32)
+    work.run_trusted(1, {
+        "a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "c_work": got_work, "c_room": got_room,
+        "bounds": bounds, "m": 9, "k": 6, "n": 11, "parts": 2, "nnz_a": A.nnz,
+    })  # fmt: skip
+    want = np.array([np.diff(B.indptr)[A.indices[A.indptr[i] : A.indptr[i + 1]]].sum() for i in range(9)])
+    np.testing.assert_array_equal(got_work, want)
+    np.testing.assert_array_equal(got_room, np.minimum(want, 12))
+    # Python ints were cast to the declared int32: no signature with int64 scalars was compiled.
+    assert {str(t) for sig in work._fn.signatures for t in sig[6:]} == {"int32"}
