@@ -135,6 +135,21 @@ def test_masks_empty_full_disjoint():
     assert spgemm(A, A, mask=disjoint).nnz == 0 and spgemm(A, A, mask=empty).nnz == 0
 
 
+def test_the_products_own_structure_as_mask_recomputes_it():
+    """README's idiom for new values on a known structure: `spgemm(A, B, mask=C)` with `C` an
+    earlier `spgemm(A, B)` gives the same structure (the product's every coordinate, its explicit
+    zeros included) and the new values."""
+    rng = np.random.default_rng(35)
+    A = load_matrix("karate").astype(np.float64)
+    B = scipy.sparse.random(A.shape[1], 40, density=0.2, format="csr", random_state=3)
+    C = spgemm(A, B)
+    A.data = rng.uniform(-1, 1, A.nnz)
+    again = spgemm(A, B, mask=C)
+    np.testing.assert_array_equal(again.indptr, C.indptr)
+    np.testing.assert_array_equal(again.indices, C.indices)
+    np.testing.assert_allclose(again.toarray(), (A @ B).toarray(), rtol=1e-12, atol=1e-12)
+
+
 def test_mask_with_stored_zeros_selects():
     """A mask's stored 0 selects its coordinate: the mask is a structure, its values unread."""
     A = load_matrix("karate")
