@@ -64,6 +64,7 @@ IMPORTS = {
     "atomic_add": "from sparsetir_py.runtime.cpu_intrinsics import atomic_add",
     "split_bound": "from sparsetir_py.runtime.cpu_intrinsics import split_bound",
     "stack_zeros": "from sparsetir_py.runtime.cpu_intrinsics import stack_zeros",
+    "ctz": "from sparsetir_py.runtime.cpu_intrinsics import ctz",
     "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
     "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }
@@ -277,6 +278,11 @@ class Renderer:
         "isinf": Intrin("math.isinf({a[0]})", ("math",)),
         "pow": Intrin("math.pow({a[0]}, {a[1]})", ("math",)),
         "fmod": Intrin("math.fmod({a[0]}, {a[1]})", ("math",)),
+        "bitwise_and": Intrin("({p[0]} & {p[1]})"),
+        "bitwise_or": Intrin("({p[0]} | {p[1]})"),
+        "shift_left": Intrin("({p[0]} << {p[1]})"),
+        "shift_right": Intrin("({p[0]} >> {p[1]})"),
+        "ctz": Intrin("ctz({a[0]})", ("ctz",)),
     }
     # Loop kind -> the iterator function of its header (thread_binding loops: `thread_loop`).
     LOOP_ITERATORS: ClassVar[dict[str, str]] = {

@@ -64,6 +64,7 @@ class CUDARenderer(Renderer):
         "round": Intrin("libdevice.rint{f}({a[0]})", _LIBDEVICE),
         "trunc": Intrin("libdevice.trunc{f}({a[0]})", _LIBDEVICE),
         "shfl_down_sync": Intrin("shfl_down_sync({a[0]}, {a[1]}, {a[2]})", ("shfl_down_sync",)),
+        "ctz": Intrin("(cuda.ffs({a[0]}) - 1)", ("cuda",)),  # ffs: 1 + the lowest set bit's position
     }
 
     def __init__(self, func, options=None):

@@ -70,7 +70,25 @@ SCALAR_CALLS = {
     "isinf": math.isinf,
     "pow": pow,
     "fmod": math.fmod,
+    "bitwise_and": lambda a, b: int(a) & int(b),
+    "bitwise_or": lambda a, b: int(a) | int(b),
+    "shift_left": lambda a, b: _wrap64(int(a) << int(b)),
+    "shift_right": lambda a, b: int(a) >> int(b),
+    "ctz": lambda x: _ctz(int(x)),
 }
+
+
+def _ctz(x: int) -> int:
+    """Trailing zero bits of a nonzero integer; 0 has none to count (the compiled targets differ
+    there: 64 on the CPU, -1 on CUDA), so the interpreter refuses it."""
+    if x == 0:
+        raise InterpretError("T.ctz(0): ctz is defined for nonzero integers only")
+    return (x & -x).bit_length() - 1
+
+
+def _wrap64(v: int) -> int:
+    """`v` as a two's-complement int64 (a shift into the sign bit, as the compiled code gives)."""
+    return (v + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 class LoopInterpreter:

@@ -66,6 +66,11 @@ CALLS = {
     "isinf": np.isinf,
     "pow": np.power,
     "fmod": np.fmod,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "shift_left": np.left_shift,
+    "shift_right": np.right_shift,
+    "ctz": lambda x: np.vectorize(lambda v: (int(v) & -int(v)).bit_length() - 1, otypes=[np.asarray(x).dtype])(x),
 }
 ARITH = {
     "+": np.add,

@@ -31,6 +31,11 @@ for _name in ("exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "tanh", "s
     register_intrinsic(_name, 1)
 for _name in ("sin", "cos", "abs", "floor", "ceil", "round", "trunc"):
     register_intrinsic(_name, 1)
+# Bitwise operators on integers (TVM's T.bitwise_and / bitwise_or / shift_left / shift_right),
+# and ctz(x): the count of x's trailing zero bits, for a nonzero x (a bitmap's next set bit).
+for _name in ("bitwise_and", "bitwise_or", "shift_left", "shift_right"):
+    register_intrinsic(_name, 2)
+register_intrinsic("ctz", 1)
 register_intrinsic("isnan", 1, "bool")
 register_intrinsic("isinf", 1, "bool")
 register_intrinsic("pow", 2)

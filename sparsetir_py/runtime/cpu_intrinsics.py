@@ -8,6 +8,9 @@ element. Integer and float arrays (LLVM >= 9 has `fadd`); no bounds check.
 `0..n` are split into contiguous ranges of equal weight, iteration `i` weighing
 `offsets[i + 1] - offsets[i] + 1` (a loop annotated `split_by`).
 
+`ctz(x)` counts the trailing zero bits of a nonzero integer (`llvm.cttz`, Numba's
+`trailing_zeros`): the next set bit of a bitmap word.
+
 `stack_zeros(size, dtype)` is a zero-filled 1-D array of a constant `size` on the stack (a
 `local` scratch buffer of constant size: a register tile that LLVM keeps in registers, where
 `np.zeros` would allocate on the heap, and LLVM could not tell that it aliases no argument).
@@ -19,6 +22,7 @@ import numba
 import numpy as np
 from numba import types
 from numba.core import cgutils
+from numba.cpython.unsafe.numbers import trailing_zeros as ctz  # noqa: F401 (generated code imports it)
 from numba.extending import intrinsic
 
 

@@ -105,6 +105,57 @@ def test_every_row_order_against_scipy(threads, monkeypatch):
         check_spgemm(A, B, threads=threads)
 
 
+@pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
+def test_bitmap_and_counting_sort_rows(idtype, dtype):
+    """Rows made to take the bitmap (more than BRANCHLESS_MIN multiply-adds, spread between
+    BITMAP_MIN_SPREAD and BITMAP_MAX_SPREAD columns each, bits in every position of a word of 32
+    and several words) and the counting sort around it (a row of 60 entries over 1980 columns;
+    ten rows of B with one set of 40 columns over 700: too compressed for the bitmap), against
+    scipy and the loop interpreter."""
+    from sparsetir_py.coiteration import kernels
+
+    assert (kernels.BRANCHLESS_MIN, kernels.BITMAP_MIN_SPREAD, kernels.BITMAP_MAX_SPREAD) == (64, 2, 32)
+    rng = np.random.default_rng(35)
+    n = 2000
+    rows = [
+        np.sort(rng.choice(n, 80, replace=False)),  # 80 over ~2000: bitmap (2 <= 25 <= 32 per product)
+        np.arange(0, 64) * 31,  # 64 entries over 1954 columns (as the next): bitmap with the row below
+        np.arange(0, 64) * 31 + 3,
+        np.sort(rng.choice(np.arange(40, 1990), 60, replace=False)),  # alone: 60 products, counting sort
+        np.sort(rng.choice(np.arange(100, 800), 40, replace=False)),  # ten times: 400 products over ~700
+    ]
+    dense_b = np.zeros((len(rows) + 9, n), bool)
+    for i, cols in enumerate(rows):
+        dense_b[i, cols] = True
+    for i in range(len(rows), len(rows) + 9):
+        dense_b[i] = dense_b[len(rows) - 1]
+    pattern_a = np.zeros((4, dense_b.shape[0]), bool)
+    pattern_a[0, 0] = True
+    pattern_a[1, [1, 2]] = True
+    pattern_a[2, 3] = True
+    pattern_a[3, len(rows) - 1 :] = True
+    A = make_csr(pattern_a, rng.uniform(-1, 1, int(pattern_a.sum())), idtype, dtype)
+    B = make_csr(dense_b, rng.uniform(-1, 1, int(dense_b.sum())), idtype, dtype)
+    check_spgemm(A, B, threads=1)
+    m, k = A.shape
+    names = {"idtype": idtype, "dtype": dtype}
+    bounds = np.array([0, m], np.int32)
+    structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "m": m, "k": k, "n": n}
+    work = np.diff(B.indptr)[A.indices]
+    w_prefix = np.concatenate([[0], np.cumsum([work[A.indptr[i] : A.indptr[i + 1]].sum() for i in range(m)])])
+    room = np.minimum(np.diff(w_prefix), n + 1)
+    nnz_t = int(room.sum())
+    fused_args = {**structure, "a_data": A.data, "b_data": B.data, "b_indices": B.indices,
+                  "t_start": np.array([0, nnz_t], np.int64), "w_prefix": w_prefix.astype(np.int64), "bounds": bounds,
+                  "parts": 1, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_t": nnz_t}  # fmt: skip
+    outputs = {"t_data": np.zeros(nnz_t, dtype), "t_indices": np.zeros(nnz_t, idtype), "c_end": np.zeros(m, idtype)}
+    got = run_both("fused", names, fused_args, outputs)
+    want = (A.astype(np.float64) @ B.astype(np.float64)).tocsr()
+    want.sort_indices()
+    np.testing.assert_array_equal(np.concatenate([[0], got["c_end"]]), want.indptr)
+    np.testing.assert_array_equal(got["t_indices"][: want.nnz], want.indices)
+
+
 def test_chunks_in_place(monkeypatch):
     """Several chunks write the result's own arrays and the later ones move down: in pieces,
     one per thread, where every target lies below every source (a product with many duplicate
