@@ -593,7 +593,9 @@ SPGEMM_OPERANDS
                             T_data[top[0]] = acc[lo[0] + j]
                             acc[lo[0] + j] = T.VAL(0)
                             top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
-                    elif W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN) and T.int64(
+                    elif widest[0] > T.IDX(RADIX_MIN) and W_prefix[vi + 1] - W_prefix[vi] > T.int64(
+                        BRANCHLESS_MIN
+                    ) and T.int64(
                         hi[0] - lo[0]
                     ) >= T.int64(BITMAP_MIN_SPREAD) * (W_prefix[vi + 1] - W_prefix[vi]) and T.int64(
                         hi[0] - lo[0]
@@ -726,7 +728,11 @@ INSERTION_COST = 1
 #: `BITMAP_MIN_SPREAD` and at most `BITMAP_MAX_SPREAD` columns per multiply-add (at most one word
 #: of 32 columns per multiply-add). Paired, one thread, against the list and counting sort:
 #: R-MAT 1.2-1.36x faster (rmat15a45, rmat15, rmat14e16), bcsstk13 and polblogs even (their rows
-#: are dense: scanned as before); without the lower bound, bcsstk13 ran 8-10% slower.
+#: are dense: scanned as before); without the lower bound, bcsstk13 ran 8-10% slower. Only rows
+#: that sum a row of B of more than `RADIX_MIN` entries (R-MAT's hubs): on a 9-point mesh, whose
+#: rows of B hold 9 clustered columns, the bitmap made the product 1.5x slower (setting bits of
+#: one word one product after the other, and reading mostly empty words), and bits set from the
+#: list of new columns after accumulating (no chain) gained only 1-3% on R-MAT.
 BITMAP_MIN_SPREAD = 2
 BITMAP_MAX_SPREAD = 32
 #: Rows of more multiply-adds than this accumulate with no branch on whether a column is new

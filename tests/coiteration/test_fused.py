@@ -108,13 +108,18 @@ def test_every_row_order_against_scipy(threads, monkeypatch):
 @pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
 def test_bitmap_and_counting_sort_rows(idtype, dtype):
     """Rows made to take the bitmap (more than BRANCHLESS_MIN multiply-adds, spread between
-    BITMAP_MIN_SPREAD and BITMAP_MAX_SPREAD columns each, bits in every position of a word of 32
-    and several words) and the counting sort around it (a row of 60 entries over 1980 columns;
-    ten rows of B with one set of 40 columns over 700: too compressed for the bitmap), against
-    scipy and the loop interpreter."""
+    BITMAP_MIN_SPREAD and BITMAP_MAX_SPREAD columns each, a row of B of more than RADIX_MIN among
+    them, bits in every position of a word of 32 and several words) and the counting sort around
+    it (a row of 60 entries over 1980 columns; ten rows of B with one set of 40 columns over 700:
+    too compressed for the bitmap), against scipy and the loop interpreter."""
     from sparsetir_py.coiteration import kernels
 
-    assert (kernels.BRANCHLESS_MIN, kernels.BITMAP_MIN_SPREAD, kernels.BITMAP_MAX_SPREAD) == (64, 2, 32)
+    assert (kernels.BRANCHLESS_MIN, kernels.RADIX_MIN, kernels.BITMAP_MIN_SPREAD, kernels.BITMAP_MAX_SPREAD) == (
+        64,
+        32,
+        2,
+        32,
+    )
     rng = np.random.default_rng(35)
     n = 2000
     rows = [
