@@ -568,7 +568,8 @@ SPGEMM_OPERANDS
                     lo[0] = T.IDX(n)
                     hi[0] = T.IDX(0)
                     widest[0] = T.IDX(0)
-                    if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                    row_work: T.int64 = W_prefix[vi + 1] - W_prefix[vi]
+                    if row_work > T.int64(BRANCHLESS_MIN):
                         # The row's span from the first and last columns of the rows of B it selects
                         # (sorted), and the widest of them (a bound below on the row's entries).
                         for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
@@ -593,13 +594,11 @@ SPGEMM_OPERANDS
                             T_data[top[0]] = acc[lo[0] + j]
                             acc[lo[0] + j] = T.VAL(0)
                             top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
-                    elif widest[0] > T.IDX(RADIX_MIN) and W_prefix[vi + 1] - W_prefix[vi] > T.int64(
-                        BRANCHLESS_MIN
-                    ) and T.int64(
-                        hi[0] - lo[0]
-                    ) >= T.int64(BITMAP_MIN_SPREAD) * (W_prefix[vi + 1] - W_prefix[vi]) and T.int64(
-                        hi[0] - lo[0]
-                    ) <= T.int64(BITMAP_MAX_SPREAD) * (W_prefix[vi + 1] - W_prefix[vi]):
+                    elif (
+                        widest[0] > T.IDX(RADIX_MIN)  # measured only past BRANCHLESS_MIN multiply-adds
+                        and spread >= T.float64(BITMAP_MIN_SPREAD) * T.float64(row_work)
+                        and spread <= T.float64(BITMAP_MAX_SPREAD) * T.float64(row_work)
+                    ):
                         # A long sparse row (R-MAT's: 20-70 columns per entry, past the scan, a
                         # counting sort's digits costing more than its entries): each column sets a
                         # bit of a word of 32 as it accumulates (no list of columns, no branch), then
@@ -614,18 +613,19 @@ SPGEMM_OPERANDS
                                 bits[j // T.IDX(32)] = T.bitwise_or(
                                     bits[j // T.IDX(32)], T.shift_left(T.int64(1), T.int64(j % T.IDX(32)))
                                 )
-                        for w in T.serial((hi[0] - T.IDX(1)) // T.IDX(32) - lo[0] // T.IDX(32) + T.IDX(1)):
-                            word[0] = bits[lo[0] // T.IDX(32) + w]
-                            bits[lo[0] // T.IDX(32) + w] = T.int64(0)
+                        first: T.IDX = lo[0] // T.IDX(32)
+                        for w in T.serial((hi[0] - T.IDX(1)) // T.IDX(32) - first + T.IDX(1)):
+                            word[0] = bits[first + w]
+                            bits[first + w] = T.int64(0)
                             while word[0] != T.int64(0):
-                                jb: T.IDX = T.IDX(T.int64(lo[0] // T.IDX(32) + w) * T.int64(32) + T.ctz(word[0]))
+                                jb: T.IDX = T.IDX(T.int64(first + w) * T.int64(32) + T.ctz(word[0]))
                                 T_indices[top[0]] = jb
                                 T_data[top[0]] = acc[jb]
                                 acc[jb] = T.VAL(0)
                                 top[0] = top[0] + T.int64(1)
                                 word[0] = T.bitwise_and(word[0], word[0] - T.int64(1))
                     else:
-                        if W_prefix[vi + 1] - W_prefix[vi] > T.int64(BRANCHLESS_MIN):
+                        if row_work > T.int64(BRANCHLESS_MIN):
                             for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
                                 kk: T.IDX = A_indices[A_indptr[vi] + p]
                                 a: T.VAL = A_data[A_indptr[vi] + p]
@@ -643,17 +643,19 @@ SPGEMM_OPERANDS
         ACCUMULATE_ROW(T_indices, int64)
                         count: T.float64 = T.float64(top[0] - start[0])
                         span: T.float64 = T.float64(hi[0] - lo[0])
-                        # A scan of the workspace where it costs less than ordering the entries. The
-                        # first test is implied by the second (log2(count + 1) is at most
-                        # log2(RADIX_MIN + 1) on short rows): most rows are decided without the
-                        # logarithm (on a mesh it cost a tenth of the row; pygsp_minnesota 0.24 ->
-                        # 0.21 ms, its rows' spans are 15 columns per entry).
+                        # A scan of the workspace where it costs less than ordering the entries. A short
+                        # row's logarithm is taken only where the span is under SHORT_BOUND columns an
+                        # entry (log2(count + 1) is at most log2(RADIX_MIN + 1) there): most rows are
+                        # decided without it (on a mesh it cost a tenth of the row; pygsp_minnesota
+                        # 0.24 -> 0.21 ms, its rows' spans are 15 columns per entry).
                         if span < T.if_then_else(
-                            count > T.float64(RADIX_MIN), SCAN_PER_ENTRY * count, SHORT_BOUND * count
-                        ) and span < T.if_then_else(
                             count > T.float64(RADIX_MIN),
                             SCAN_PER_ENTRY * count,
-                            count * T.log2(count + T.float64(1)) * T.float64(INSERTION_COST),
+                            T.if_then_else(
+                                span < SHORT_BOUND * count,
+                                count * T.log2(count + T.float64(1)) * T.float64(INSERTION_COST),
+                                T.float64(0),
+                            ),
                         ):
                             # With no branch on the marks: every column of the span is written where
                             # the next entry goes, which moves on only where the column is marked (the

@@ -74,11 +74,11 @@ SCALAR_CALLS = {
     "bitwise_or": lambda a, b: int(a) | int(b),
     "shift_left": lambda a, b: _wrap64(int(a) << int(b)),
     "shift_right": lambda a, b: int(a) >> int(b),
-    "ctz": lambda x: _ctz(int(x)),
+    "ctz": lambda x: count_trailing_zeros(int(x)),
 }
 
 
-def _ctz(x: int) -> int:
+def count_trailing_zeros(x: int) -> int:
     """Trailing zero bits of a nonzero integer; 0 has none to count (the compiled targets differ
     there: 64 on the CPU, -1 on CUDA), so the interpreter refuses it."""
     if x == 0:

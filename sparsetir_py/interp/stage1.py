@@ -32,6 +32,7 @@ from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import AtomicAdd, BufferStore, Evaluate, IfThenElse, LetStmt, SeqStmt, SparseIteration, Stmt
 from ..ir.verify import checked_writes, verify_cached
 from ..ir.visit import walk
+from .loops import count_trailing_zeros
 
 
 def _sigmoid(x):
@@ -70,7 +71,7 @@ CALLS = {
     "bitwise_or": np.bitwise_or,
     "shift_left": np.left_shift,
     "shift_right": np.right_shift,
-    "ctz": lambda x: np.vectorize(lambda v: (int(v) & -int(v)).bit_length() - 1, otypes=[np.asarray(x).dtype])(x),
+    "ctz": lambda x: np.vectorize(count_trailing_zeros, otypes=[np.asarray(x).dtype])(x),
 }
 ARITH = {
     "+": np.add,
