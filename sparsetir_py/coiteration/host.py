@@ -18,17 +18,43 @@ import numpy as np
 
 from ..errors import InputError
 from ..inputs import check_compressed
+from ..omp import threads_sleep
 
 #: Dense SpGEMM workspaces take 12 bytes per column and chunk; an assembled kernel makes fewer
 #: chunks rather than pass this many bytes of them.
 WORKSPACE_BYTES = 1 << 28
 #: Below this much work (multiply-adds of SpGEMM, each a few ns with its share of the sort) a
-#: CPU call runs on one thread: waking Numba's thread pool costs more than it saves.
-PARALLEL_GRAIN = 1 << 15
-#: The same for the element-wise merges, whose steps (an entry merged) cost about a nanosecond.
-EWISE_GRAIN = 1 << 17
+#: CPU call runs on one thread: waking Numba's thread pool costs more than it saves. Where idle
+#: OpenMP threads sleep (`omp.threads_sleep`) a wake-up costs 45-70 us; where they
+#: spin after each region (OpenMP's default) about 1.5 us, and two threads already win on
+#: products of 16k multiply-adds (paired, 2 threads: pygsp_minnesota's A @ A 0.84x -> 1.06x
+#: scipy, 4elt's 1.25x -> 1.6x).
+PARALLEL_GRAIN_SLEEPING = 1 << 15
+PARALLEL_GRAIN_SPINNING = 1 << 14
+#: The same for the element-wise merges, whose steps (an entry merged) cost about a nanosecond
+#: (spinning threads: polblogs' A + R 1.21x -> 1.72x scipy, A .* R 1.68x -> 2.22x).
+EWISE_GRAIN_SLEEPING = 1 << 17
+EWISE_GRAIN_SPINNING = 1 << 14
+#: Overrides of the grains above (None: by how idle threads wait); tests set them to 0 to run
+#: the parallel paths on small inputs.
+PARALLEL_GRAIN: int | None = None
+EWISE_GRAIN: int | None = None
 #: The masked kernel marks the mask's columns of row i with 2i + 2 and 2i + 3 in an int32 workspace.
 MASKED_ROWS = (int(np.iinfo(np.int32).max) - 3) // 2
+
+
+def parallel_grain() -> int:
+    """`PARALLEL_GRAIN` if set, else the SpGEMM grain for how this process's idle threads wait."""
+    if PARALLEL_GRAIN is not None:
+        return PARALLEL_GRAIN
+    return PARALLEL_GRAIN_SLEEPING if threads_sleep() else PARALLEL_GRAIN_SPINNING
+
+
+def ewise_grain() -> int:
+    """`EWISE_GRAIN` if set, else the element-wise grain for how this process's idle threads wait."""
+    if EWISE_GRAIN is not None:
+        return EWISE_GRAIN
+    return EWISE_GRAIN_SLEEPING if threads_sleep() else EWISE_GRAIN_SPINNING
 
 
 def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
@@ -158,7 +184,7 @@ class AssembledKernel:
         values = {**self.specialized, **values}
         ops = [self._operand(o, values, check_structure) for o in plan.operands]
         extra = {} if threads is None else {"threads": threads}
-        if self.target == "cpu" and sum(len(o[2]) for o in ops) < EWISE_GRAIN:
+        if self.target == "cpu" and sum(len(o[2]) for o in ops) < ewise_grain():
             extra = {"threads": 1}  # a small call: one thread, no wake-up of the pool
         if plan.op == "spgemm":
             arrays = self._spgemm(*ops, extra)
@@ -239,7 +265,7 @@ class AssembledKernel:
             **self._workspaces(sizes["parts"], n, False), **hsize,
         )  # fmt: skip
         work = prefix(rows_work)
-        if self.target == "cpu" and int(work[-1]) < PARALLEL_GRAIN:
+        if self.target == "cpu" and int(work[-1]) < parallel_grain():
             extra = {"threads": 1}
         bounds = chunk_bounds(work, parts)
         sizes["parts"] = len(bounds) - 1

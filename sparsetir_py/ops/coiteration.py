@@ -22,8 +22,10 @@ to exactly 0 (`A @ B`, `A + B`, `A.multiply(B)`): `C.eliminate_zeros()` gives sc
 A mask's structure selects coordinates, its values are not read (a stored 0 still selects).
 
 `threads=` caps the Numba threads of a call; a call with less work than a grain
-(`PARALLEL_GRAIN` multiply-adds, `EWISE_GRAIN` merged entries) runs on one thread whatever the
-cap, since waking the thread pool costs more than it saves. `schedule=` names a schedule of
+(`coiteration.host.parallel_grain()` multiply-adds, `ewise_grain()` merged entries; 16k of
+either where idle OpenMP threads spin, OpenMP's default, 32k and 128k where they sleep,
+`OMP_WAIT_POLICY=passive`) runs on one thread whatever the cap, since waking the thread pool
+costs more than it saves. `schedule=` names a schedule of
 `schedules/spgemm.py` or passes one: `cpu_chunks` (the default: dense workspaces), `cpu_hash`
 (hash workspaces, the default where dense ones would pass `WORKSPACE_BYTES`), `cpu_serial`,
 `cuda_chunks`.
@@ -54,12 +56,12 @@ import scipy.sparse
 from ..arith.lattice import lattice
 from ..coiteration import kernels
 from ..coiteration.host import (
-    EWISE_GRAIN,
     MASKED_ROWS,
-    PARALLEL_GRAIN,
     WORKSPACE_BYTES,
     chunk_bounds,
+    ewise_grain,
     move_down,
+    parallel_grain,
     prefix,
     prefix_in_place,
     table_size,
@@ -215,10 +217,10 @@ def _result_class(A) -> type:
 
 
 def _threads(threads, target: str, work: int, grain: int | None = None) -> dict:
-    """The kernels' `threads=`: one thread below `grain` (`PARALLEL_GRAIN`) of work on the CPU
+    """The kernels' `threads=`: one thread below `grain` (`parallel_grain()`) of work on the CPU
     (the caller's `threads=`, checked as `sp.ops` checks it, is a cap), else the caller's."""
     threads = check_threads(threads, target)
-    grain = PARALLEL_GRAIN if grain is None else grain
+    grain = parallel_grain() if grain is None else grain
     if target == "cpu" and work < grain:
         return {"threads": 1}
     return thread_args(target, work, threads, grain=grain)
@@ -396,7 +398,7 @@ def _spgemm_fused(
     k = A.shape[1]
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
-    estimate = _threads(threads, "cpu", A.nnz, EWISE_GRAIN)  # a gather per nonzero of A
+    estimate = _threads(threads, "cpu", A.nnz, ewise_grain())  # a gather per nonzero of A
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
     # Each row's work and room written after a leading slot; the work summed in place (its prefix
     # sum balances the chunks), the room summed over each chunk only (where the chunks start).
@@ -577,7 +579,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     # fit it): fresh ones would be faulted in page by page.
     kept = _take_rows("ewise", 2, m + 1, idtype)
     work = np.add(A.indptr, B.indptr, out=kept[0][: m + 1])
-    thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
+    thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     start = work
     if op == "multiply":
@@ -644,7 +646,7 @@ def _same_level(A, B) -> bool:
 
 def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls):
     """`op` of two operands that share one level: the lattice's top point at every position."""
-    thread_args = _threads(threads, target, A.nnz + B.nnz, EWISE_GRAIN)
+    thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
     bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
     names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     data = np.empty(A.nnz, dtype)

@@ -3,10 +3,9 @@ below the parallel grain, else Numba's setting."""
 
 from __future__ import annotations
 
-import os
-
 from ..errors import InputError
 from ..inputs import positive_int
+from ..omp import threads_sleep
 
 # Below this many multiply-adds (nnz x feature width) a CPU call runs on one thread (None: from
 # how idle OpenMP threads wait, `parallel_grain`).
@@ -24,11 +23,7 @@ def parallel_grain() -> int:
     """`PARALLEL_GRAIN` if set, else the grain for how this process's OpenMP threads wait."""
     if PARALLEL_GRAIN is not None:
         return PARALLEL_GRAIN
-    env = os.environ
-    sleeping = (
-        env.get("OMP_WAIT_POLICY", "").strip().lower() == "passive" or env.get("GOMP_SPINCOUNT", "").strip() == "0"
-    )
-    return PARALLEL_GRAIN_SLEEPING if sleeping else PARALLEL_GRAIN_SPINNING
+    return PARALLEL_GRAIN_SLEEPING if threads_sleep() else PARALLEL_GRAIN_SPINNING
 
 
 def check_threads(threads, target: str) -> int | None:

@@ -14,6 +14,7 @@ from strategies import make_csr
 from test_operators import check_add, check_multiply, check_spgemm
 
 import sparsetir_py as sp
+from sparsetir_py.coiteration import host
 from sparsetir_py.coiteration.host import prefix
 from sparsetir_py.data import load_matrix
 from sparsetir_py.ops import coiteration as operators
@@ -99,7 +100,7 @@ def run_both(name: str, names: dict, inputs: dict, outputs: dict) -> dict:
 def test_every_row_order_against_scipy(threads, monkeypatch):
     """The operator on the three-orders product, in one chunk (the result's own arrays, shrunk)
     and in two (the later moved down), int32/float32 and int64/float64."""
-    monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(host, "PARALLEL_GRAIN", 0)
     for idtype, dtype in (("int32", "float32"), ("int64", "float64")):
         A, B = three_orders(idtype, dtype)
         check_spgemm(A, B, threads=threads)
@@ -165,7 +166,7 @@ def test_chunks_in_place(monkeypatch):
     """Several chunks write the result's own arrays and the later ones move down: in pieces,
     one per thread, where every target lies below every source (a product with many duplicate
     products: room to spare), else in order on one thread (a product whose rows have no duplicates fills its room)."""
-    monkeypatch.setattr(operators, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(host, "PARALLEL_GRAIN", 0)
     moves = []
     move = operators._move_chunks
     monkeypatch.setattr(operators, "_move_chunks", lambda *a: moves.append(a[2][1] >= a[3][-1]) or move(*a))
@@ -212,7 +213,7 @@ def test_packed_chunks_move_down_in_place(idtype, dtype, monkeypatch):
     """`add` and `multiply` in two chunks write each chunk's rows one after the other: the second
     chunk moves down over the room the first left (an overlapping move, in place), an empty
     matrix and one row stay right, and the result owns its arrays."""
-    monkeypatch.setattr(operators, "EWISE_GRAIN", 0)
+    monkeypatch.setattr(host, "EWISE_GRAIN", 0)
     A = load_matrix("cora").astype(dtype)
     A.indices, A.indptr = A.indices.astype(idtype), A.indptr.astype(idtype)
     R = scipy.sparse.csr_matrix(A[::-1])

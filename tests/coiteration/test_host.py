@@ -78,3 +78,29 @@ def test_results_are_valid_matrices_of_their_class(cls, idtype):
     assert other.shape == (3, 2) and C.shape == (6, 9)  # the template is never shared state
     C.eliminate_zeros()
     assert C.nnz == A.nnz
+
+
+def test_grains_follow_how_openmp_threads_wait(monkeypatch):
+    """SpGEMM and the element-wise merges run small calls on one thread, with a lower grain
+    where idle OpenMP threads spin than where they sleep; the module's overrides win; a call
+    just under a grain asks for one thread, one at the grain for the caller's."""
+    from sparsetir_py.coiteration import host
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    for policy, parallel, ewise in [
+        ("passive", host.PARALLEL_GRAIN_SLEEPING, host.EWISE_GRAIN_SLEEPING),
+        (None, host.PARALLEL_GRAIN_SPINNING, host.EWISE_GRAIN_SPINNING),
+    ]:
+        if policy is None:
+            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        else:
+            monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        assert (host.parallel_grain(), host.ewise_grain()) == (parallel, ewise)
+        assert operators._threads(None, "cpu", parallel - 1) == {"threads": 1}
+        assert operators._threads(2, "cpu", parallel) == {"threads": 2}
+        assert operators._threads(2, "cpu", ewise - 1, host.ewise_grain()) == {"threads": 1}
+    assert host.PARALLEL_GRAIN_SPINNING < host.PARALLEL_GRAIN_SLEEPING
+    assert host.EWISE_GRAIN_SPINNING < host.EWISE_GRAIN_SLEEPING
+    monkeypatch.setattr(host, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(host, "EWISE_GRAIN", 3)
+    assert (host.parallel_grain(), host.ewise_grain()) == (0, 3)
