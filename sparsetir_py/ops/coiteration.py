@@ -70,7 +70,7 @@ from ..coiteration.host import (
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
 from ..operands import DTYPE_NAMES, remember_structure, structure_checked
-from ..runtime.kernel import CPUKernel, Kernel
+from ..runtime.kernel import CPUKernel, Kernel, current_threads
 from ..script import from_script
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
@@ -236,16 +236,14 @@ def _parts(schedule, thread_args: dict, m: int, n: int = 0) -> int:
     """How many chunks of rows: `schedule.rows_per_part` rows each (a CUDA block's), else
     `schedule.parts_per_thread` per thread (0: one chunk), no more than one per thread where more
     would allocate over WORKSPACE_BYTES of workspaces (12 bytes per column and chunk)."""
-    import numba
-
     rows = getattr(schedule, "rows_per_part", None)
     if rows is not None:
         return max(1, -(-m // rows))
     per_thread = getattr(schedule, "parts_per_thread", 1)
     if per_thread == 0:
         return 1
-    available = numba.get_num_threads()
-    threads = min(thread_args.get("threads", available), available)
+    threads = thread_args.get("threads")
+    threads = current_threads() if threads is None else min(threads, current_threads())
     return max(1, threads, min(per_thread * threads, WORKSPACE_BYTES // max(1, 12 * n)))
 
 
@@ -462,9 +460,8 @@ def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread
     if parts == 1 or np.all(t_start[1:-1] == indptr[bounds[1:-1]]):
         return
     sizes = {"m": m, "nnz_t": len(t_indices), "nnz_c": nnz}
-    import numba
-
-    threads = min(thread_args.get("threads", numba.get_num_threads()), numba.get_num_threads())
+    threads = thread_args.get("threads")
+    threads = current_threads() if threads is None else min(threads, current_threads())
     first = int(bounds[1])
     if t_start[1] < nnz or threads < 2:
         move_down((t_data, t_indices), t_start, indptr, bounds)

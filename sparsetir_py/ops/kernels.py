@@ -4,6 +4,7 @@ width, where the kernel is specialised to it), whatever the matrix or its values
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,6 +62,28 @@ def resolve_schedule(op: str, target: str, schedule) -> Callable:
     """`None` -> the default for (op, target); a name -> the shipped schedule
     (`schedules/<op>.py`; SpGEMM's module serves `add` and `multiply` too); a callable as is.
     `TargetError` for an unknown target, `InputError` for an unknown schedule name."""
+    if isinstance(target, str) and (schedule is None or isinstance(schedule, str)):
+        return _named_schedule(op, target, schedule)
+    _schedule_module(op, target)
+    if not callable(schedule):
+        raise InputError(f"`schedule` must be a name or a callable, got {type(schedule).__name__}")
+    return schedule
+
+
+@functools.cache
+def _named_schedule(op: str, target: str, name: str | None) -> Callable:
+    """The shipped schedule `name` of (op, target), its default for None: looked up once (a
+    small co-iterating call resolves one per kernel; three imports and the checks cost a few us)."""
+    module = _schedule_module(op, target)
+    if name is None:
+        return module.DEFAULT[target]
+    if name not in module.SCHEDULES:
+        raise InputError(f"unknown {op} schedule {name!r}: expected one of {', '.join(module.SCHEDULES)}")
+    return module.SCHEDULES[name]
+
+
+def _schedule_module(op: str, target: str):
+    """`schedules/<op>.py`, after checking that it has a default for `target` (`TargetError`)."""
     from schedules import sddmm as sddmm_schedules
     from schedules import spgemm as spgemm_schedules
     from schedules import spmm as spmm_schedules
@@ -68,12 +91,4 @@ def resolve_schedule(op: str, target: str, schedule) -> Callable:
     module = {"spmm": spmm_schedules, "sddmm": sddmm_schedules, "spgemm": spgemm_schedules}[op]
     if target not in module.DEFAULT:
         raise TargetError(f"unknown target {target!r}: expected one of {', '.join(module.DEFAULT)}")
-    if schedule is None:
-        return module.DEFAULT[target]
-    if isinstance(schedule, str):
-        if schedule not in module.SCHEDULES:
-            raise InputError(f"unknown {op} schedule {schedule!r}: expected one of {', '.join(module.SCHEDULES)}")
-        return module.SCHEDULES[schedule]
-    if not callable(schedule):
-        raise InputError(f"`schedule` must be a name or a callable, got {type(schedule).__name__}")
-    return schedule
+    return module

@@ -257,18 +257,24 @@ def run_capped(fn: Any, values: list, threads: int | None) -> Any:
     """`fn(*values)` with Numba's threads capped at `threads` for the call (None: as set)."""
     if threads is None:
         return fn(*values)
-    cap, restore = _thread_setters()
-    current = cap(threads)
+    get, set_ = _thread_getter_setter()
+    current = get()
+    set_(min(threads, current))
     try:
         return fn(*values)
     finally:
-        restore(current)
+        set_(current)
+
+
+def current_threads() -> int:
+    """Numba's thread count for the calling thread (`numba.get_num_threads()`, without its
+    checks after the first call)."""
+    return _thread_getter_setter()[0]()
 
 
 @functools.cache
-def _thread_setters() -> tuple[Callable[[int], int], Callable[[int], None]]:
-    """`(cap, restore)`: `cap(n)` sets the calling thread's Numba thread count to min(n, current)
-    and gives the current one; `restore(k)` sets it back. Called from Python,
+def _thread_getter_setter() -> tuple[Callable[[], int], Callable[[int], None]]:
+    """`(get, set)`: the calling thread's Numba thread count. Called from Python,
     `numba.set_num_threads` and `get_num_threads` check their argument and the threading layer
     each time: the pair around a small call cost 16-28 us here, more than a 1k-nonzero SDDMM
     computes (fs_183_1, width 32: 22 us a call, 15 us without). After the public functions have
@@ -281,14 +287,8 @@ def _thread_setters() -> tuple[Callable[[int], int], Callable[[int], None]]:
     get = getattr(layer, "_get_num_threads", None)
     set_ = getattr(layer, "_set_num_threads", None)
     if get is None or set_ is None:
-        get, set_ = numba.get_num_threads, numba.set_num_threads
-
-    def cap(n: int) -> int:
-        current = get()
-        set_(min(n, current))
-        return current
-
-    return cap, set_
+        return numba.get_num_threads, numba.set_num_threads
+    return get, set_
 
 
 def _signature(kwargs: dict) -> tuple | None:
