@@ -8,12 +8,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 import scipy.sparse
+from cuda_support import simulator_argv
 from hypothesis import given, settings
 from strategies import csr_matrices
 
@@ -201,7 +201,7 @@ def test_cuda_schedules_in_the_simulator():
     tests = os.path.dirname(os.path.abspath(__file__))
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", SIMULATOR_DRIVER.format(tests=tests)],
+        simulator_argv("-c", SIMULATOR_DRIVER.format(tests=tests)),
         capture_output=True,
         text=True,
         env=env,
@@ -254,7 +254,7 @@ def test_cuda_nnz_split_in_the_simulator_on_edge_matrices():
     every row of C written, NaN-filled output included."""
     tests = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.run(
-        [sys.executable, "-c", NNZ_SPLIT_DRIVER.format(tests=tests)],
+        simulator_argv("-c", NNZ_SPLIT_DRIVER.format(tests=tests)),
         capture_output=True,
         text=True,
         env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"},

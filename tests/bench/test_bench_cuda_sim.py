@@ -4,6 +4,7 @@ CUDA simulator: no GPU needed. Real GPU runs go through the same code."""
 import numpy as np
 import pytest
 import scipy.sparse
+from cuda_support import simulator_argv
 
 from bench.runner import run_worker, worker_env
 
@@ -34,7 +35,7 @@ def test_cuda_group_runs_under_the_simulator(op, fmt, tmp_path):
         "rtol": 1e-4,
     }
     env = worker_env(1, {"NUMBA_ENABLE_CUDASIM": "1"}, keep_openblas_env=True)
-    events = list(run_worker(job, env, timeout=600))
+    events = list(run_worker(job, env, timeout=600, command=simulator_argv("-m", "bench.worker")))
     exit_event = events[-1]
     assert exit_event["code"] == 0, exit_event["stderr_tail"]
     (result,) = [e for e in events if e["event"] == "result"]

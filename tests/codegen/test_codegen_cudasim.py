@@ -14,12 +14,12 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import corpus
 import pytest
 import stage3_kernels as K
+from cuda_support import simulator_argv
 
 DRIVER = Path(__file__).with_name("cudasim_driver.py")
 CASE_CHECKS = [f"{case.name}/{matrix}" for case in K.CASES for matrix in ("random", "empty", "dense_row")]
@@ -42,9 +42,7 @@ CORPUS_CHECKS = [f"corpus/{case.name}" for case in corpus.CASES]
 
 def _run_driver(out: Path, cache: Path) -> dict[str, str]:
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), str(out), str(cache)], env=env, capture_output=True, text=True, timeout=600
-    )
+    proc = subprocess.run(simulator_argv(DRIVER, out, cache), env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or not out.is_file():
         raise RuntimeError(f"the simulator driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(out.read_text())

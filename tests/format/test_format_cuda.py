@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from cuda_support import ptx_unavailable
+from cuda_support import ptx_unavailable, simulator_argv
 
 import format_rules
 import sparsetir_py as sp
@@ -59,7 +58,7 @@ DRIVER = textwrap.dedent(
 
 def test_hyb_cuda_in_the_simulator(tmp_path):
     env = {**os.environ, "SPARSETIR_CACHE_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", DRIVER], env=env, cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run(simulator_argv("-c", DRIVER), env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])

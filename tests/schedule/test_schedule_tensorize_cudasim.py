@@ -220,9 +220,11 @@ def main() -> int:
 
 # ---------------------------------------------------------------------------------------------- the tests
 def _run_driver(out: Path, cache: Path) -> None:
+    from cuda_support import simulator_argv  # here: this file also runs as the driver, without tests/ on its path
+
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONWARNINGS": "ignore", "SPARSETIR_CACHE_DIR": str(cache)}
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), str(out)], env=env, capture_output=True, text=True, timeout=600
+        simulator_argv(Path(__file__).resolve(), out), env=env, capture_output=True, text=True, timeout=600
     )
     if proc.returncode != 0 or not out.is_file():
         raise RuntimeError(f"the simulator driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

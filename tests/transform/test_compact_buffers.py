@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -357,11 +356,13 @@ SIMULATOR_DRIVER = textwrap.dedent(
 
 
 def test_compacted_kernels_in_the_cuda_simulator():
+    from cuda_support import simulator_argv  # here: the driver imports this file, without tests/ on its path
+
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", SIMULATOR_DRIVER.format(here=here, root=root)],
+        simulator_argv("-c", SIMULATOR_DRIVER.format(here=here, root=root)),
         capture_output=True,
         text=True,
         env=env,

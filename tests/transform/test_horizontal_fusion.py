@@ -18,14 +18,13 @@ import inspect
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sps
-from cuda_support import ptx_unavailable
+from cuda_support import ptx_unavailable, simulator_argv
 
 import format_rules
 import sparsetir_py as sp
@@ -94,7 +93,7 @@ DRIVER = textwrap.dedent(
 def test_fused_cuda_kernels_in_the_simulator(tmp_path):
     env = {**os.environ, "SPARSETIR_CACHE_DIR": str(tmp_path)}
     driver = DRIVER.replace("MATRIX", inspect.getsource(matrix))
-    proc = subprocess.run([sys.executable, "-c", driver], env=env, cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run(simulator_argv("-c", driver), env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])

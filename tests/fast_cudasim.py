@@ -1,0 +1,121 @@
+"""A thread block of Numba's CUDA simulator that waits for its threads instead of polling them.
+
+The simulator runs each CUDA thread as a Python thread; its `BlockManager.run` finds the threads
+blocked in `syncthreads` by looping over all of them, `is_alive()` and all, for as long as the
+block runs. That loop holds the GIL most of the time the threads need it: in the suite's
+simulator runs it was most of the time spent in kernels (measured 2-4x slower launches).
+
+`install()` (in a process with NUMBA_ENABLE_CUDASIM=1, before any launch) replaces it with the
+same protocol told through a condition variable: a thread that reaches `syncthreads` or ends
+says so, and the last one to do so wakes the block. What a kernel sees does not change: all
+live threads of the block are released together once every one of them waits in `syncthreads`
+(a finished thread no longer counts, as before), and the first exception aborts the others and
+is raised at the launch.
+
+`python fast_cudasim.py SCRIPT ARGS...` (or `-c CODE ARGS...`, or `-m MODULE ARGS...`) runs a
+simulator driver as `python` would (`__main__`, its sys.path and sys.argv), the simulator on and
+this block manager installed (`cuda_support.simulator_argv` builds that command).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import threading
+
+import numpy as np
+
+
+def install() -> None:
+    from numba.cuda.simulator import kernel
+
+    if getattr(kernel.BlockManager.run, "_waits", False):
+        return
+
+    class WaitingThread(kernel.BlockThread):
+        def run(self):
+            try:
+                super().run()  # the simulator's: keeps a kernel's exception in `self.exception`
+            finally:
+                block = self._manager
+                with block._ready:
+                    block._finished += 1
+                    block._failed = block._failed or self.exception is not None
+                    block._wake_if_ready()
+
+        def syncthreads(self):
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            block = self._manager
+            with block._ready:
+                self.syncthreads_blocked = True
+                block._waiting.append(self)
+                block._wake_if_ready()
+            self.syncthreads_event.wait()
+            self.syncthreads_event.clear()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    def wake_if_ready(self) -> None:
+        # Called with `_ready` held: wake `run` only when it has something to do.
+        if self._failed or len(self._waiting) + self._finished == self._threads:
+            self._ready.notify()
+
+    def run(self, grid_point, *args):
+        self._ready = threading.Condition()
+        self._waiting, self._finished, self._failed = [], 0, False
+        points = list(np.ndindex(*self._block_dim))
+        self._threads = len(points)
+        threads = []
+        for block_point in points:
+
+            def target():
+                self._f(*args)
+
+            thread = WaitingThread(target, self, grid_point, block_point, self._debug)
+            thread.start()
+            threads.append(thread)
+        with self._ready:
+            while True:
+                self._ready.wait_for(lambda: self._failed or len(self._waiting) + self._finished == self._threads)
+                if self._failed:
+                    for thread in threads:
+                        thread.abort = True
+                        thread.syncthreads_blocked = False
+                        thread.syncthreads_event.set()
+                    break
+                if self._finished == self._threads:
+                    break
+                for thread in self._waiting:  # every live thread waits: the barrier opens
+                    thread.syncthreads_blocked = False
+                    thread.syncthreads_event.set()
+                self._waiting = []
+        for thread in threads:
+            if thread.exception:
+                raise thread.exception[0].with_traceback(thread.exception[1])
+
+    run._waits = True
+    kernel.BlockManager._wake_if_ready = wake_if_ready
+    kernel.BlockManager.run = run
+
+
+def main() -> None:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before anything imports numba.cuda
+    install()
+    if sys.argv[1] == "-c":
+        code, sys.argv = sys.argv[2], ["-c", *sys.argv[3:]]
+        sys.path[0] = ""  # as `python -c`: the working directory first
+        exec(compile(code, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    elif sys.argv[1] == "-m":
+        module, sys.argv = sys.argv[2], [sys.argv[2], *sys.argv[3:]]
+        sys.path[0] = os.getcwd()  # as `python -m`
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = sys.argv[1:]
+        sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # as `python SCRIPT`
+        runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
