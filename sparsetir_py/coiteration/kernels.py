@@ -42,7 +42,7 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   written one after the other into room for their
   bounds, each ordered by what costs least for its count and span (a scan of the workspace,
   insertion sort up to `RADIX_MIN` entries, else two counting-sort passes by the digits of
-  `j - lo` in base ceil(sqrt(span))), the row's count recorded; then the chunks copied to their
+  `j - lo` in the least power-of-two base whose square passes the span), the row's count recorded; then the chunks copied to their
   `indptr` positions. No symbolic pass: it costs a third to a half of the numeric pass, the
   copy of the result a few percent.
 * `spgemm_masked_script()`: only the coordinates a mask stores: the mask's row is loaded into
@@ -595,7 +595,7 @@ SPGEMM_OPERANDS
                             acc[lo[0] + j] = T.VAL(0)
                             top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
                     elif (
-                        widest[0] > T.IDX(RADIX_MIN)  # measured only past BRANCHLESS_MIN multiply-adds
+                        widest[0] > T.IDX(BITMAP_MIN_WIDEST)  # measured only past BRANCHLESS_MIN multiply-adds
                         and spread >= T.float64(BITMAP_MIN_SPREAD) * T.float64(row_work)
                         and spread <= T.float64(BITMAP_MAX_SPREAD) * T.float64(row_work)
                     ):
@@ -668,28 +668,32 @@ SPGEMM_OPERANDS
                                 acc[lo[0] + j] = T.VAL(0)
                                 top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
                         elif count > T.float64(RADIX_MIN):
-                            # Two passes of a counting sort by the digits of j - lo in base d = ceil(sqrt(span)).
-                            d: T.IDX = T.IDX(T.ceil(T.sqrt(T.float64(hi[0] - lo[0]))))
+                            # Two passes of a counting sort by the digits of j - lo in base d = 2^bits,
+                            # the least power of two whose square passes the span: a digit is a mask
+                            # or a shift, not a division (products 1.15-1.3x faster on R-MAT, BA and
+                            # 3-D geometric graphs than with digits of ceil(sqrt(span))).
+                            bits: T.IDX = T.IDX(T.ceil(T.log2(T.float64(hi[0] - lo[0])) * T.float64(0.5)))
+                            d: T.IDX = T.shift_left(T.IDX(1), bits)
                             for u in T.serial(d + T.IDX(1)):
                                 cnt[u] = 0
                             for t in T.serial(top[0] - start[0]):
-                                cnt[(T_indices[start[0] + t] - lo[0]) % d + T.IDX(1)] += 1
+                                cnt[T.bitwise_and(T_indices[start[0] + t] - lo[0], d - T.IDX(1)) + T.IDX(1)] += 1
                             for u in T.serial(d):
                                 cnt[u + T.IDX(1)] += cnt[u]
                             for t in T.serial(top[0] - start[0]):
                                 jt: T.IDX = T_indices[start[0] + t]
-                                low: T.IDX = (jt - lo[0]) % d
+                                low: T.IDX = T.bitwise_and(jt - lo[0], d - T.IDX(1))
                                 tmp[cnt[low]] = jt
                                 cnt[low] += 1
                             for u in T.serial(d + T.IDX(1)):
                                 cnt[u] = 0
                             for t in T.serial(top[0] - start[0]):
-                                cnt[(tmp[t] - lo[0]) // d + T.IDX(1)] += 1
+                                cnt[T.shift_right(tmp[t] - lo[0], bits) + T.IDX(1)] += 1
                             for u in T.serial(d):
                                 cnt[u + T.IDX(1)] += cnt[u]
                             for t in T.serial(top[0] - start[0]):
                                 jt: T.IDX = tmp[t]
-                                high: T.IDX = (jt - lo[0]) // d
+                                high: T.IDX = T.shift_right(jt - lo[0], bits)
                                 T_indices[start[0] + T.int64(cnt[high])] = jt
                                 T_data[start[0] + T.int64(cnt[high])] = acc[jt]
                                 acc[jt] = T.VAL(0)
@@ -714,8 +718,8 @@ SPGEMM_OPERANDS
 """
 
 #: Rows of more entries than this that are not read off the workspace are sorted by two passes
-#: of a counting sort (digits of ceil(sqrt(span)) values: O(count + sqrt(span)), no
-#: mispredicted comparisons) instead of comparisons.
+#: of a counting sort (digits of 2^ceil(log2(span) / 2) values, at most 2 sqrt(span): O(count +
+#: sqrt(span)), no mispredicted comparisons) instead of comparisons.
 RADIX_MIN = 32
 #: Such a row is read off the workspace instead where its span is under this many columns per
 #: entry: a scan step costs a fraction of a counting-sort step (measured: scanning wins on
@@ -731,12 +735,15 @@ INSERTION_COST = 1
 #: of 32 columns per multiply-add). Paired, one thread, against the list and counting sort:
 #: R-MAT 1.2-1.36x faster (rmat15a45, rmat15, rmat14e16), bcsstk13 and polblogs even (their rows
 #: are dense: scanned as before); without the lower bound, bcsstk13 ran 8-10% slower. Only rows
-#: that sum a row of B of more than `RADIX_MIN` entries (R-MAT's hubs): on a 9-point mesh, whose
-#: rows of B hold 9 clustered columns, the bitmap made the product 1.5x slower (setting bits of
-#: one word one product after the other, and reading mostly empty words), and bits set from the
-#: list of new columns after accumulating (no chain) gained only 1-3% on R-MAT.
+#: that sum a row of B of more than `BITMAP_MIN_WIDEST` entries (R-MAT's hubs, a 27-point
+#: stencil's rows of 27: its product 1.21-1.25x faster than with the counting sort, 24^3 grid):
+#: on a 9-point mesh, whose rows of B hold 9 clustered columns, the bitmap made the product 1.5x
+#: slower (setting bits of one word one product after the other, and reading mostly empty
+#: words), and bits set from the list of new columns after accumulating (no chain) gained only
+#: 1-3% on R-MAT.
 BITMAP_MIN_SPREAD = 2
 BITMAP_MAX_SPREAD = 32
+BITMAP_MIN_WIDEST = 16
 #: Rows of more multiply-adds than this accumulate with no branch on whether a column is new
 #: (every product adds into the workspace, which such rows clear afterwards): on long rows that
 #: branch mispredicts about every other product (measured on R-MAT: 1.1-1.4x the branchy loop's
@@ -756,6 +763,7 @@ def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     source = source.replace("BRANCHLESS_MIN", str(BRANCHLESS_MIN))
     source = source.replace("BITMAP_MIN_SPREAD", str(BITMAP_MIN_SPREAD))
     source = source.replace("BITMAP_MAX_SPREAD", str(BITMAP_MAX_SPREAD))
+    source = source.replace("BITMAP_MIN_WIDEST", str(BITMAP_MIN_WIDEST))
     short = math.log2(RADIX_MIN + 1) * INSERTION_COST * (1 + 1e-9)
     source = source.replace("SHORT_BOUND", f"T.float64({short!r})")
     return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
