@@ -42,9 +42,9 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   written one after the other into room for their
   bounds, each ordered by what costs least for its count and span (a scan of the workspace,
   insertion sort up to `RADIX_MIN` entries, else two counting-sort passes by the digits of
-  `j - lo` in the least power-of-two base whose square passes the span), the row's count recorded; then the chunks copied to their
-  `indptr` positions. No symbolic pass: it costs a third to a half of the numeric pass, the
-  copy of the result a few percent.
+  `j - lo` in the least power-of-two base whose square passes the span), the row's count
+  recorded; then the chunks copied to their `indptr` positions. No symbolic pass: it costs a
+  third to a half of the numeric pass, the copy of the result a few percent.
 * `spgemm_masked_script()`: only the coordinates a mask stores: the mask's row is loaded into
   the workspace first, products outside it are skipped, and the row's hits are written in the
   mask's (sorted) order into a buffer bounded by the mask's row, compacted afterwards.
@@ -735,15 +735,16 @@ INSERTION_COST = 1
 #: of 32 columns per multiply-add). Paired, one thread, against the list and counting sort:
 #: R-MAT 1.2-1.36x faster (rmat15a45, rmat15, rmat14e16), bcsstk13 and polblogs even (their rows
 #: are dense: scanned as before); without the lower bound, bcsstk13 ran 8-10% slower. Only rows
-#: that sum a row of B of more than `BITMAP_MIN_WIDEST` entries (R-MAT's hubs, a 27-point
-#: stencil's rows of 27: its product 1.21-1.25x faster than with the counting sort, 24^3 grid):
-#: on a 9-point mesh, whose rows of B hold 9 clustered columns, the bitmap made the product 1.5x
-#: slower (setting bits of one word one product after the other, and reading mostly empty
-#: words), and bits set from the list of new columns after accumulating (no chain) gained only
+#: that sum a row of B of more than `BITMAP_MIN_WIDEST` entries (R-MAT's hubs): on a 9-point
+#: mesh, whose rows of B hold 9 clustered columns, the bitmap made the product 1.5x slower
+#: (setting bits of one word one product after the other, and reading mostly empty words); on a
+#: 27-point stencil (rows of B of 27, 24^3 grid) it was 1.25x faster than the counting sort with
+#: digits of ceil(sqrt(span)), but 0.85-0.91x the counting sort with power-of-two digits, so it
+#: stays at 32. Bits set from the list of new columns after accumulating (no chain) gained only
 #: 1-3% on R-MAT.
 BITMAP_MIN_SPREAD = 2
 BITMAP_MAX_SPREAD = 32
-BITMAP_MIN_WIDEST = 16
+BITMAP_MIN_WIDEST = 32
 #: Rows of more multiply-adds than this accumulate with no branch on whether a column is new
 #: (every product adds into the workspace, which such rows clear afterwards): on long rows that
 #: branch mispredicts about every other product (measured on R-MAT: 1.1-1.4x the branchy loop's

@@ -112,14 +112,14 @@ def test_every_row_order_against_scipy(threads, monkeypatch):
 def test_bitmap_and_counting_sort_rows(idtype, dtype):
     """Rows made to take the bitmap (more than BRANCHLESS_MIN multiply-adds, spread between
     BITMAP_MIN_SPREAD and BITMAP_MAX_SPREAD columns each, a row of B of more than
-    BITMAP_MIN_WIDEST among them, bits in every position of a word of 32 and several words; one
-    row whose rows of B all hold at most RADIX_MIN) and the counting sort around it (a row of 60
-    entries over 1980 columns; ten rows of B with one set of 40 columns over 700: too compressed
-    for the bitmap), against scipy and the loop interpreter."""
+    BITMAP_MIN_WIDEST among them, bits in every position of a word of 32 and several words) and
+    the counting sort around it (a row of 60 entries over 1980 columns; ten rows of B with one set
+    of 40 columns over 700: too compressed for the bitmap; twenty rows of B of 24 columns: none
+    wide enough), against scipy and the loop interpreter."""
     from sparsetir_py.coiteration import kernels
 
     limits = (kernels.BRANCHLESS_MIN, kernels.RADIX_MIN, kernels.BITMAP_MIN_SPREAD, kernels.BITMAP_MAX_SPREAD)
-    assert limits == (64, 32, 2, 32) and kernels.BITMAP_MIN_WIDEST == 16
+    assert limits == (64, 32, 2, 32) and kernels.BITMAP_MIN_WIDEST == 32
     rng = np.random.default_rng(35)
     n = 2000
     rows = [
@@ -129,7 +129,8 @@ def test_bitmap_and_counting_sort_rows(idtype, dtype):
         np.sort(rng.choice(np.arange(40, 1990), 60, replace=False)),  # alone: 60 products, counting sort
         np.sort(rng.choice(np.arange(100, 800), 40, replace=False)),  # ten times: 400 products over ~700
     ]
-    # Twenty rows of B of 24 columns over ~2000 (a 27-point stencil's shape): 480 products, bitmap.
+    # Twenty rows of B of 24 columns over ~2000 (a 27-point stencil's shape): 480 products, whose
+    # widest row of B is under BITMAP_MIN_WIDEST: counting sort.
     narrow = [np.sort(rng.choice(n, 24, replace=False)) for _ in range(20)]
     copies = len(rows) + 9
     dense_b = np.zeros((copies + len(narrow), n), bool)
