@@ -26,11 +26,29 @@ import threading
 
 import numpy as np
 
+#: The simulator's constructors this block manager was written against (numba-cuda 0.30): where
+#: they differ, `install` leaves the simulator as it is (slower, never wrong).
+SIGNATURES = {
+    "BlockManager": ["f", "grid_dim", "block_dim", "debug"],
+    "BlockThread": ["f", "manager", "blockIdx", "threadIdx", "debug"],
+}
+
+
+def compatible(kernel) -> bool:
+    """Whether this numba-cuda's simulator has the classes and constructors `install` replaces."""
+    import inspect
+
+    for name, params in SIGNATURES.items():
+        cls = getattr(kernel, name, None)
+        if cls is None or list(inspect.signature(cls.__init__).parameters)[1:] != params:
+            return False
+    return callable(getattr(kernel.BlockManager, "run", None))
+
 
 def install() -> None:
     from numba.cuda.simulator import kernel
 
-    if getattr(kernel.BlockManager.run, "_waits", False):
+    if getattr(kernel.BlockManager.run, "_waits", False) or not compatible(kernel):
         return
 
     class WaitingThread(kernel.BlockThread):
