@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..inputs import check_compressed
-from ..omp import threads_sleep
+from ..omp import current_threads, grain
 
 #: Dense SpGEMM workspaces take 12 bytes per column and chunk; an assembled kernel makes fewer
 #: chunks rather than pass this many bytes of them.
@@ -45,16 +45,12 @@ MASKED_ROWS = (int(np.iinfo(np.int32).max) - 3) // 2
 
 def parallel_grain() -> int:
     """`PARALLEL_GRAIN` if set, else the SpGEMM grain for how this process's idle threads wait."""
-    if PARALLEL_GRAIN is not None:
-        return PARALLEL_GRAIN
-    return PARALLEL_GRAIN_SLEEPING if threads_sleep() else PARALLEL_GRAIN_SPINNING
+    return grain(PARALLEL_GRAIN, PARALLEL_GRAIN_SLEEPING, PARALLEL_GRAIN_SPINNING)
 
 
 def ewise_grain() -> int:
     """`EWISE_GRAIN` if set, else the element-wise grain for how this process's idle threads wait."""
-    if EWISE_GRAIN is not None:
-        return EWISE_GRAIN
-    return EWISE_GRAIN_SLEEPING if threads_sleep() else EWISE_GRAIN_SPINNING
+    return grain(EWISE_GRAIN, EWISE_GRAIN_SLEEPING, EWISE_GRAIN_SPINNING)
 
 
 def chunk_bounds(weight_prefix: np.ndarray, parts: int) -> np.ndarray:
@@ -228,11 +224,9 @@ class AssembledKernel:
         return data, indptr, indices, rows, cols
 
     def _parts(self, m: int, n: int, threads) -> int:
-        import numba
-
         if self.target == "cuda":
             return max(1, -(-m // 4))
-        t = min(threads or numba.get_num_threads(), numba.get_num_threads())
+        t = current_threads(threads)
         return max(1, min(2 * t, WORKSPACE_BYTES // max(1, 12 * n)), t)
 
     def _workspaces(self, parts: int, n: int, accumulate: bool) -> dict:

@@ -69,8 +69,9 @@ from ..coiteration.host import (
 )
 from ..errors import InputError
 from ..inputs import VALUE_DTYPES, canonical, check_matrix, check_values, native
+from ..omp import current_threads
 from ..operands import DTYPE_NAMES, remember_structure, structure_checked
-from ..runtime.kernel import CPUKernel, Kernel, current_threads
+from ..runtime.kernel import CPUKernel, Kernel
 from ..script import from_script
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
@@ -242,8 +243,7 @@ def _parts(schedule, thread_args: dict, m: int, n: int = 0) -> int:
     per_thread = getattr(schedule, "parts_per_thread", 1)
     if per_thread == 0:
         return 1
-    threads = thread_args.get("threads")
-    threads = current_threads() if threads is None else min(threads, current_threads())
+    threads = current_threads(thread_args.get("threads"))
     return max(1, threads, min(per_thread * threads, WORKSPACE_BYTES // max(1, 12 * n)))
 
 
@@ -460,8 +460,7 @@ def _move_chunks(t_data, t_indices, t_start, indptr, bounds, names: dict, thread
     if parts == 1 or np.all(t_start[1:-1] == indptr[bounds[1:-1]]):
         return
     sizes = {"m": m, "nnz_t": len(t_indices), "nnz_c": nnz}
-    threads = thread_args.get("threads")
-    threads = current_threads() if threads is None else min(threads, current_threads())
+    threads = current_threads(thread_args.get("threads"))
     first = int(bounds[1])
     if t_start[1] < nnz or threads < 2:
         move_down((t_data, t_indices), t_start, indptr, bounds)

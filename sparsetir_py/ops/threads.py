@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..inputs import positive_int
-from ..omp import threads_sleep
+from ..omp import grain
 
 # Below this many multiply-adds (nnz x feature width) a CPU call runs on one thread (None: from
 # how idle OpenMP threads wait, `parallel_grain`).
@@ -21,9 +21,7 @@ PARALLEL_GRAIN_SPINNING = 1 << 14
 
 def parallel_grain() -> int:
     """`PARALLEL_GRAIN` if set, else the grain for how this process's OpenMP threads wait."""
-    if PARALLEL_GRAIN is not None:
-        return PARALLEL_GRAIN
-    return PARALLEL_GRAIN_SLEEPING if threads_sleep() else PARALLEL_GRAIN_SPINNING
+    return grain(PARALLEL_GRAIN, PARALLEL_GRAIN_SLEEPING, PARALLEL_GRAIN_SPINNING)
 
 
 def check_threads(threads, target: str) -> int | None:

@@ -34,6 +34,7 @@ from ..ir.eval import eval_int
 from ..ir.expr import Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
+from ..omp import thread_accessors
 from .device import describe, device_pointer, direct_launches, layout
 from .resources import check_launch
 
@@ -257,38 +258,13 @@ def run_capped(fn: Any, values: list, threads: int | None) -> Any:
     """`fn(*values)` with Numba's threads capped at `threads` for the call (None: as set)."""
     if threads is None:
         return fn(*values)
-    get, set_ = _thread_getter_setter()
+    get, set_ = thread_accessors()
     current = get()
     set_(min(threads, current))
     try:
         return fn(*values)
     finally:
         set_(current)
-
-
-def current_threads() -> int:
-    """Numba's thread count for the calling thread (`numba.get_num_threads()`, without its
-    checks after the first call)."""
-    return _thread_getter_setter()[0]()
-
-
-@functools.cache
-def _thread_getter_setter() -> tuple[Callable[[], int], Callable[[int], None]]:
-    """`(get, set)`: the calling thread's Numba thread count. Called from Python,
-    `numba.set_num_threads` and `get_num_threads` check their argument and the threading layer
-    each time: the pair around a small call cost 16-28 us here, more than a 1k-nonzero SDDMM
-    computes (fs_183_1, width 32: 22 us a call, 15 us without). After the public functions have
-    started the threading layer once, its own two functions (what they call after their checks)
-    are called directly; a Numba without them keeps the public pair."""
-    import numba
-
-    numba.set_num_threads(numba.get_num_threads())  # starts the threading layer once
-    layer = getattr(numba.np.ufunc, "parallel", None)
-    get = getattr(layer, "_get_num_threads", None)
-    set_ = getattr(layer, "_set_num_threads", None)
-    if get is None or set_ is None:
-        return numba.get_num_threads, numba.set_num_threads
-    return get, set_
 
 
 def _signature(kwargs: dict) -> tuple | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..omp import current_threads
 from .kernel import run_capped
 
 _FLAGS = {"boundscheck": False, "error_model": "numpy", "cache": True, "nogil": True}
@@ -33,7 +34,7 @@ def _pieces(size: int, threads: int | None) -> int | None:
     `PARALLEL_ELEMENTS`, or `threads=1`), else `threads` (None: Numba's setting)."""
     if size < PARALLEL_ELEMENTS or threads == 1:
         return None
-    count = min(threads or numba.get_num_threads(), numba.get_num_threads())
+    count = current_threads(threads)
     return count if count > 1 else None
 
 
