@@ -2,9 +2,10 @@
 
 `python device_ops_case.py OUT` (with NUMBA_ENABLE_CUDASIM=1; `cuda_support.simulated_run`) runs
 each check and writes OUT.json (check -> "ok" or the traceback) and OUT (.npz, unused). Host copies
-are counted by wrapping the simulator's `copy_to_host` and `cuda.to_device`: a call on device
-operands copies none of them to the host; a scipy A goes to the device as its structure once and
-its values per call.
+are counted by wrapping the simulator's `copy_to_host`, `cuda.to_device`, `copy_to_device` and
+`__setitem__` with a host array (the plain copy into device memory, `runtime.device.host_to_device`):
+a call on device operands copies none of them to the host; a scipy A goes to the device as its
+structure once and its values per call.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ COUNTS = {"to_host": 0, "to_device": 0}
 #: New device arrays (`cuda.device_array`), counted apart from the copies.
 ALLOCATED = [0]
 # Set by `main` in the simulator (importing numba.cuda here would fix the mode of a test process).
-cuda = devicearray = _copy_to_host = _to_device = _copy_to_device = _device_array = None
+cuda = devicearray = _copy_to_host = _to_device = _copy_to_device = _device_array = _setitem = None
 
 
 def _counting_copy_to_host(self, *args, **kwargs):
@@ -45,6 +46,12 @@ def _counting_to_device(*args, **kwargs):
 def _counting_copy_to_device(self, *args, **kwargs):
     COUNTS["to_device"] += 1
     return _copy_to_device(self, *args, **kwargs)
+
+
+def _counting_setitem(self, index, value):
+    if isinstance(value, np.ndarray):  # a host array written into device memory: a copy
+        COUNTS["to_device"] += 1
+    return _setitem(self, index, value)
 
 
 def _counting_device_array(*args, **kwargs):
@@ -373,8 +380,74 @@ def check_host_overhead_tool():
     results = cuda_quick.host_overhead(calls=3, rounds=1, rows=64, per_row=3, width=4)
     assert [r["case"] for r in results] == [case[0] for case in cuda_quick.HOST_CASES], results
     first = results[0]
-    assert first["us_per_call"] > 0 and first["to_device"] == 1 and first["to_host"] == 0, first
+    # (It counts `copy_to_device` only, not the plain copy of A's values, `host_to_device`:
+    # `check_cuda_host_tool` counts both.)
+    assert first["us_per_call"] > 0 and first["to_device"] <= 1 and first["to_host"] == 0, first
     assert "| spmm csr out= |" in cuda_quick.host_table(results)
+
+
+def check_cuda_host_tool():
+    """`python -m bench.cuda_host` (launches stubbed), a few calls of the CSR cases on cora: each
+    is timed, and a repeated call copies A's values to the device and nothing to the host."""
+    from bench import cuda_host
+
+    cases = [case for case in cuda_host.CASES if case[2] == "csr"]
+    results = cuda_host.measure(calls=3, budget=0.0, cases=cases, profile=3)
+    assert [r["case"] for r in results] == [case[0] for case in cases], results
+    for r in results:
+        assert r["us_per_call"] > 0 and r["to_device"] == 1 and r["to_host"] == 0, r
+        assert "own us" in r["profile"], r
+    assert "| spmm csr out= |" in cuda_host.table(results)
+
+
+def check_repeated_calls_see_what_changed():
+    """Repeated calls that a prepared call (`ops.device.REPEATS`) would get wrong if it reused
+    what it prepared beyond the operands' identity: A's values and B written in place (with
+    `out=`, a fresh result, SDDMM), another B object of the same shape (made after the first was
+    dropped), another A of the same shape and another structure, A's arrays replaced by that
+    structure's, a float32 A's values converted for a float64 kernel. Every result equals
+    scipy's; a repeated call copies nothing to the host and only A's values to the device."""
+    A = matrix()
+    rng = np.random.default_rng(10)
+    B, X = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((7, 4)).astype(np.float32)
+    B_dev, X_dev = _to_device(B), _to_device(X)
+    out = cuda.device_array((7, 4), np.float32)
+
+    def calls(A, B_dev):
+        spmm_out = sp.ops.spmm(A, B_dev, target="cuda", out=out)
+        return spmm_out, sp.ops.spmm(A, B_dev, target="cuda"), sp.ops.sddmm(A, X_dev, B_dev, target="cuda")
+
+    def agree(A, B, got, what):
+        spmm_out, spmm, sddmm = map(host, got)
+        for C in (spmm_out, spmm):
+            np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5, err_msg=what)
+        np.testing.assert_allclose(sddmm, A.multiply(X @ B.T).tocsr().data, rtol=1e-5, atol=1e-5, err_msg=what)
+
+    for round in range(3):  # values written in place into the same objects
+        A.data[:] = rng.uniform(-1, 1, A.nnz)
+        B[...] = rng.standard_normal(B.shape)
+        B_dev.copy_to_device(B)
+        got, counts = counted(lambda: calls(A, B_dev))
+        assert got[0] is out and got[1] is not calls(A, B_dev)[1], round
+        agree(A, B, got, f"in place, round {round}")
+        assert round == 0 or counts == {"to_host": 0, "to_device": 3}, (round, counts)  # A's values, per call
+    for shift in (1.0, 2.0):  # another B object each time, the previous one dropped
+        other = _to_device(B + shift)
+        agree(A, B + shift, calls(A, other), f"another B (+{shift})")
+        del other
+    agree(A, B, calls(A, B_dev), "the first B again")
+    mask = np.zeros((7, 5), bool)
+    mask[::2, 1::2] = mask[1::2, ::3] = True
+    A2 = make_csr(mask, rng.uniform(-1, 1, int(mask.sum())), "int32", "float32")
+    agree(A2, B, calls(A2, B_dev), "another A of the same shape")
+    agree(A, B, calls(A, B_dev), "the first A again")
+    A.indptr, A.indices, A.data = A2.indptr.copy(), A2.indices.copy(), A2.data.copy()
+    agree(A2, B, calls(A, B_dev), "A's arrays replaced by another structure's")
+    B64 = _to_device(B.astype(np.float64))
+    for scale in (1.0, -3.0):  # float32 values converted into the float64 kernel's buffer, each call
+        A.data[:] = A2.data * scale
+        C = sp.ops.spmm(A, B64, target="cuda")
+        np.testing.assert_allclose(host(C), A.astype(np.float64) @ B.astype(np.float64), rtol=1e-12)
 
 
 def _raises(fn, pattern: str):
@@ -402,17 +475,19 @@ CHECKS = {name[len("check_") :]: fn for name, fn in dict(globals()).items() if n
 
 
 def main() -> None:
-    global cuda, devicearray, _copy_to_host, _to_device, _copy_to_device, _device_array
+    global cuda, devicearray, _copy_to_host, _to_device, _copy_to_device, _device_array, _setitem
     from numba import cuda
     from numba.cuda.simulator.cudadrv import devicearray
 
     _copy_to_host, _to_device = devicearray.FakeCUDAArray.copy_to_host, cuda.to_device
     _copy_to_device = devicearray.FakeCUDAArray.copy_to_device
+    _setitem = devicearray.FakeCUDAArray.__setitem__
     _device_array = cuda.device_array
     cuda.device_array = _counting_device_array
     out = Path(sys.argv[1])
     devicearray.FakeCUDAArray.copy_to_host = _counting_copy_to_host
     devicearray.FakeCUDAArray.copy_to_device = _counting_copy_to_device
+    devicearray.FakeCUDAArray.__setitem__ = _counting_setitem
     cuda.to_device = _counting_to_device
     results = {}
     for name, fn in CHECKS.items():

@@ -32,8 +32,10 @@ no numpy operand converted, cupyx A's values of the result's dtype) is prepared 
 lives); a later call with the same objects, A still holding the same arrays, runs the prepared
 call: no argument bound or checked again, no dict built, the kernel's arguments marshalled once
 (`CUDAKernel.launcher`, `Launcher.into` for a fresh result). Per call it copies a scipy A's
-values to the device (they may have changed in place; a cupyx A's are read where they are),
-allocates the result (none with `out=`) and launches. New values written into the same arrays
+values to the device (they may have changed in place; a cupyx A's are read where they are) by
+the plain copy of a host array already checked (`runtime.device.host_to_device`: the driver's
+copy, not `copy_to_device`'s checks again), allocates the result (none with `out=`) and
+launches. `python -m bench.cuda_host` times such calls with the launch stubbed. New values written into the same arrays
 are seen; another operand object, or A with another array, prepares anew.
 
 Decomposed formats (`format="hyb"`, `"ell"`, `"bsr"`, a rule module; one horizontally fused launch
@@ -80,6 +82,7 @@ from ..runtime.device import (
     describe,
     empty_like_kind,
     gather_launch,
+    host_to_device,
     is_device_array,
     is_device_sparse,
     kind_of,
@@ -208,7 +211,7 @@ def _repeat_run(launch, device_values, fresh: Callable | None, finish: Callable 
     """The body of a repeated call, its branches decided once: copy a scipy A's values (converted
     when the kernel's dtype is another) into `device_values` (None: A's values are on the
     device), launch into `out=` or a `fresh()` result, and `finish` it (None: as written)."""
-    copy = None if device_values is None else _host_copy(device_values, np.dtype(device_values.dtype))
+    copy = None if device_values is None else host_to_device(device_values)
     if fresh is None:  # `out=`: launch into it
 
         def run_out(A):
@@ -348,7 +351,7 @@ def _gather_values(conversion: parts.Conversion, a: _DeviceCSR, dtype: np.dtype,
     gather = gather_launch(source, index, flat)
     copy = None
     if a.nnz:
-        copy = _host_copy(source, dtype) if a.host_values is not None else _device_copy(source)
+        copy = host_to_device(source) if a.host_values is not None else _device_copy(source)
 
     def refresh(data) -> None:
         if copy is not None:
@@ -367,16 +370,6 @@ def _device_copy(device) -> Callable:
 
     def copy(values) -> None:
         device[...] = values
-
-    return copy
-
-
-def _host_copy(device, dtype: np.dtype) -> Callable:
-    """A function copying host values (of any float dtype) into `device`, of `dtype`."""
-    put = device.copy_to_device if hasattr(device, "copy_to_device") else device.set
-
-    def copy(host: np.ndarray) -> None:
-        put(host if host.dtype == dtype else host.astype(dtype))
 
     return copy
 

@@ -26,6 +26,7 @@ __all__ = [
     "direct_launches",
     "empty_like_kind",
     "gather_launch",
+    "host_to_device",
     "is_device_array",
     "is_device_sparse",
     "kind_of",
@@ -125,6 +126,60 @@ def to_device(host: np.ndarray, kind: str = "numba") -> Any:
     from numba import cuda
 
     return cuda.to_device(host)
+
+
+def host_to_device(device: Any) -> Callable[[np.ndarray], None]:
+    """A function copying a host array into the device array `device` (Numba's, the simulator's
+    or CuPy's) again and again, what does not change between calls decided once.
+
+    A host array of `device`'s dtype and shape, C-contiguous (a scipy A's values, every repeated
+    call), takes the plain copy: Numba's driver `host_to_device`, the call `copy_to_device` ends
+    in (synchronous on the default stream, as that is), without the checks of layout and
+    compatibility `copy_to_device` makes in Python every call; in the simulator, whose device
+    memory is a numpy array, numpy's assignment into it. Anything else is converted to `device`'s
+    dtype first and takes the checked `copy_to_device` (which raises for another shape). A CuPy
+    array takes its own `set` (checked in compiled code), after the same conversion."""
+    info = describe(device)
+    dtype, shape = info.dtype, info.shape
+    if not hasattr(device, "copy_to_device"):  # CuPy
+        put = device.set
+        return lambda host: put(host if host.dtype == dtype else host.astype(dtype))
+    checked = device.copy_to_device
+    plain = None
+    if info.c_contiguous and not getattr(device, "stream", 0):
+        plain = _plain_host_to_device(device, math.prod(shape) * dtype.itemsize)
+
+    def copy(host: np.ndarray) -> None:
+        if plain is not None and host.dtype == dtype and host.shape == shape and host.flags.c_contiguous:
+            plain(host)
+        else:
+            checked(np.ascontiguousarray(host, dtype=dtype))
+
+    return copy
+
+
+def _plain_host_to_device(device: Any, nbytes: int) -> Callable[[np.ndarray], None] | None:
+    """The bare copy of `nbytes` from a host array (checked by the caller) into a Numba device
+    array; None where this numba-cuda has no such driver call."""
+    from numba import config
+
+    if nbytes == 0:
+        return _ignore
+    if config.ENABLE_CUDASIM:
+
+        def assign(host: np.ndarray) -> None:
+            device[...] = host  # the simulator's device memory is a numpy array
+
+        return assign
+    try:
+        from numba.cuda.cudadrv.driver import host_to_device as driver_copy
+    except ImportError:
+        return None
+    return lambda host: driver_copy(device, host, nbytes)
+
+
+def _ignore(host: np.ndarray) -> None:
+    return None
 
 
 def all_finite(value: Any) -> bool:
@@ -245,13 +300,14 @@ class FiniteCheck:
 
         self._zero, self._host = np.zeros(1, np.int32), np.zeros(1, np.int32)
         self._flag = cuda.to_device(self._zero)
+        self._reset = host_to_device(self._flag)
         blocks = (size + THREADS - 1) // THREADS
         self._mark = PreparedLaunch(mark_nonfinite, (blocks,), (THREADS,), (value.reshape(size), self._flag))
 
     def __call__(self) -> bool:
         if self._mark is None:
             return True
-        self._flag.copy_to_device(self._zero)
+        self._reset(self._zero)
         self._mark()
         self._flag.copy_to_host(self._host)
         return int(self._host[0]) == 0

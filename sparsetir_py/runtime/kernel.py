@@ -35,7 +35,7 @@ from ..ir.expr import Var
 from ..ir.func import PrimFunc
 from ..ir.stmt import BLOCK_IDX_TAGS, THREAD_IDX_TAGS
 from ..omp import thread_accessors
-from .device import describe, device_pointer, direct_launches, layout
+from .device import ArrayInfo, describe, device_pointer, direct_launches, layout
 from .resources import check_launch
 
 
@@ -496,12 +496,10 @@ class Launcher:
         self.direct = False
         self._values = list(args)
         self._emits = [_dispatched(kernel._fn, grid, block, tail(index)) for index, grid, block in launches]
-        cuda = self._cuda
         self._where = {
-            name: [(k, lambda v, size=args[k].shape[0], buf=buf: _flat_device_view(cuda, v, size, buf))
-                   for k, buf in views]
+            name: [(k, _flat_view_of(self._cuda, args[k].shape[0], buf, self._given.get(name))) for k, buf in views]
             for name, views in slots.items()
-        }  # fmt: skip
+        }
 
     def __call__(self, **replace: Any) -> None:
         """Launch; `name=array` replaces a buffer's device array for this launch only (a device
@@ -627,8 +625,22 @@ def _stand_in(value: Any) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=shape, strides=tuple(strides))
 
 
+def _flat_view_of(cuda: Any, size: int, buf: FlatBuffer, given: ArrayInfo | None) -> Callable[[Any], Any]:
+    """array -> `_flat_device_view(cuda, array, size, buf)` for arrays of the shape `given` (a
+    launcher's buffer: checked, or made by the caller as the one first given), its storage order
+    found once and a 1-D Numba array passed as it is."""
+    if given is None or len(given.shape) != 1:
+        order = storage_order(buf)
+        return lambda value: _as_numba(cuda, value).reshape(size, order=order)
+    return lambda value: _as_numba(cuda, value)
+
+
+def _as_numba(cuda: Any, value: Any) -> Any:
+    return value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
+
+
 def _flat_device_view(cuda: Any, value: Any, size: int, buf: FlatBuffer) -> Any:
-    dev = value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
+    dev = _as_numba(cuda, value)
     if len(dev.shape) == 1:
         return dev
     return dev.reshape(size, order=storage_order(buf))
