@@ -407,6 +407,8 @@ def check_repeated_calls_see_what_changed():
     dropped), another A of the same shape and another structure, A's arrays replaced by that
     structure's, a float32 A's values converted for a float64 kernel. Every result equals
     scipy's; a repeated call copies nothing to the host and only A's values to the device."""
+    from sparsetir_py.runtime.device import describe
+
     A = matrix()
     rng = np.random.default_rng(10)
     B, X = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((7, 4)).astype(np.float32)
@@ -423,14 +425,14 @@ def check_repeated_calls_see_what_changed():
             np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5, err_msg=what)
         np.testing.assert_allclose(sddmm, A.multiply(X @ B.T).tocsr().data, rtol=1e-5, atol=1e-5, err_msg=what)
 
-    for round in range(3):  # values written in place into the same objects
+    for step in range(3):  # values written in place into the same objects
         A.data[:] = rng.uniform(-1, 1, A.nnz)
         B[...] = rng.standard_normal(B.shape)
         B_dev.copy_to_device(B)
         got, counts = counted(lambda: calls(A, B_dev))
-        assert got[0] is out and got[1] is not calls(A, B_dev)[1], round
-        agree(A, B, got, f"in place, round {round}")
-        assert round == 0 or counts == {"to_host": 0, "to_device": 3}, (round, counts)  # A's values, per call
+        assert got[0] is out and got[1] is not calls(A, B_dev)[1], step
+        agree(A, B, got, f"in place, round {step}")
+        assert step == 0 or counts == {"to_host": 0, "to_device": 3}, (step, counts)  # A's values, per call
     for shift in (1.0, 2.0):  # another B object each time, the previous one dropped
         other = _to_device(B + shift)
         agree(A, B + shift, calls(A, other), f"another B (+{shift})")
@@ -443,6 +445,17 @@ def check_repeated_calls_see_what_changed():
     agree(A, B, calls(A, B_dev), "the first A again")
     A.indptr, A.indices, A.data = A2.indptr.copy(), A2.indices.copy(), A2.data.copy()
     agree(A2, B, calls(A, B_dev), "A's arrays replaced by another structure's")
+    x = rng.standard_normal(5).astype(np.float32)
+    x_dev, results = _to_device(x), []
+    for _ in range(3):  # SpMV: a fresh 1-D result each call, earlier ones left as they were
+        A.data[:] = rng.uniform(-1, 1, A.nnz)
+        x[:] = rng.standard_normal(5)
+        x_dev.copy_to_device(x)
+        y = sp.ops.spmm(A, x_dev, target="cuda")
+        assert describe(y).shape == (7,), describe(y)
+        results.append((y, A @ x))
+    for y, want in results:
+        np.testing.assert_allclose(host(y), want, rtol=1e-5, atol=1e-5)
     B64 = _to_device(B.astype(np.float64))
     for scale in (1.0, -3.0):  # float32 values converted into the float64 kernel's buffer, each call
         A.data[:] = A2.data * scale

@@ -159,15 +159,13 @@ def call(op, A, dense: tuple, format, target: str, schedule, out, params: dict) 
         finish = _sddmm_results(a, kind)
     elif out is not None:
         finish = lambda c: out  # noqa: E731
-    elif vector:
-        finish = lambda c: c.reshape(m)  # noqa: E731
-    else:
+    else:  # SpMV's fresh results are made 1-D (the (m, 1) column's memory): no view per call
         finish = None
     # A cupyx A whose values the kernel reads converted (another dtype) would not see new values.
     same_values = a.host_values is not None or values is a.device_values
     if key is not None and not params and a.canonical_input and same_values and _as_given(operands, dense):
         device_values = values if a.host_values is not None else None
-        fresh = None if out is not None else _allocator(kind, shape, dtype)
+        fresh = None if out is not None else _allocator(kind, (m,) if vector else shape, dtype)
         _remember(key, Repeat(held, A, _repeat_run(launch, device_values, fresh, finish)))
     if op.name == "sddmm":
         return finish(result)

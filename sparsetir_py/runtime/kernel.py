@@ -175,6 +175,18 @@ class CPUKernel(Kernel):
             return
         run_capped(self._fn, [kwargs[name] if cast is None else cast(kwargs[name]) for name, cast in order], threads)
 
+    @property
+    def dispatcher(self) -> Any:
+        """The Numba dispatcher of the generated function (called positionally, in the order of
+        `trusted_order`, from other compiled code: `ops.driver`)."""
+        return self._fn
+
+    @property
+    def trusted_order(self) -> list[tuple[str, Any]] | None:
+        """(argument name, scalar type or None for a buffer) in the generated function's order, or
+        None where its arguments cannot be passed through as they are (see `run_trusted`)."""
+        return self._trusted
+
     @functools.cached_property
     def _trusted(self) -> list[tuple[str, Any]] | None:
         """(argument name, scalar type or None for a buffer) in the function's order, or None
@@ -519,7 +531,8 @@ class Launcher:
 
     def into(self, name: str) -> Callable[[Any], None]:
         """A function that launches with its argument in buffer `name`'s place, unchecked: for a
-        caller that made the array itself (of the dtype and shape first given, C-contiguous), as
+        caller that made the array itself (of the dtype and size first given, C-contiguous: its
+        memory is what the kernel reads, so SpMV's 1-D result may stand for an (m, 1) column), as
         `sp.ops` does for each fresh result of a repeated call."""
         if self._fallback is not None:
             fallback = self._fallback
