@@ -303,6 +303,7 @@ def _match_spgemm(func, it, C, output, params, workspace) -> Assembly:
         isinstance(it.init, BufferStore) and it.init.buffer is C and _is_zero(it.init.value)
     ):
         _fail(func, f"the init must be `{C.name}[i, j] = 0`")
+    _same_columns(func, J, C, [B.buffer, *(f.buffer for f in masks)])
     a = _operand(func, A.buffer, I.length)
     b = _operand(func, B.buffer, B.buffer.axes[0].length)
     if masks:
@@ -315,6 +316,18 @@ def _match_spgemm(func, it, C, output, params, workspace) -> Assembly:
         return Assembly("masked", (a, b, mask), output, params, idtype, dtype, workspace=workspace)
     idtype, dtype = _dtypes(func, (A.buffer, B.buffer, C))
     return Assembly("spgemm", (a, b), output, params, idtype, dtype, workspace=workspace)
+
+
+def _same_columns(func: PrimFunc, J: Axis, C: SparseBuffer, operands) -> None:
+    """The iterated `J`, the output's level and the operands' last levels have one length (the
+    same expression): the kernels write every column an operand stores, where the iteration
+    visits only those below J's length and the output holds only those below its own."""
+    for buf in (C, *operands):
+        axis = buf.axes[-1]
+        if isinstance(buf, SparseBuffer) and axis.length != J.length:
+            found = f"`{axis.name}` (of `{buf.name}`) has {_text(axis.length)}"
+            found += f" and the iterated `{J.name}` {_text(J.length)}"
+            _fail(func, f"expected the output, J and the operands to have columns of one length, but {found}")
 
 
 def _factors(e) -> list:
@@ -340,6 +353,7 @@ def _match_merge(func, it, C, output, params) -> Assembly:
     names = {f"X{t}" for t in range(len(loads))}
     if simplify_absent(tree, names) != ZERO:
         _fail(func, f"`{_text(body.value)}` is not 0 where no operand is stored: the output would be dense")
+    _same_columns(func, J, C, loads)
     operands = tuple(_operand(func, b, I.length) for b in loads)
     idtype, dtype = _dtypes(func, (*loads, C))
     for s in scalars:

@@ -33,8 +33,9 @@ spatial; the body is one update
 `X[e] = X[e] + E` with `e` free of that iterator; `E` is made of `+`, `-`, `*`, constants and
 loads, and reads the iterator only as the last coordinate of two to `MAX_OPERANDS` sparse buffers
 (default value 0) whose last axes are different sorted compressed levels (`sparse_variable`) of one
-parent, indexed before it by the iterators of their parent axes, in order; and `E` is 0 where none
-is stored.
+parent, as long as the dense axis (the same length expression: a merge visits every stored
+coordinate, the iteration only those below the axis's length), indexed before it by the iterators
+of their parent axes, in order; and `E` is 0 where none is stored.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ def match(it: SparseIteration) -> CoIteration | None:
     if len(set(axes)) != len(axes) or any(a.parent is not axes[0].parent for a in axes):
         return None
     names = set(NAMES[: len(operands)])
+    if not own and any(a.length != last.length for a in axes):
+        # The merge visits every stored coordinate; the iteration only those below J's length.
+        return None
     if not own and any(op.buffer.default_value != 0 for op in operands):
         return None  # an unstored coordinate reads a nonzero: the lattice's reasoning does not hold
     if not own and simplify_absent(tree, names) != ZERO:
