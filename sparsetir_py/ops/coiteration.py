@@ -73,6 +73,7 @@ from ..omp import current_threads
 from ..operands import DTYPE_NAMES, remember_structure, structure_checked
 from ..runtime.kernel import CPUKernel, Kernel
 from ..script import from_script
+from .driver import ewise_driver, spgemm_driver
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
 
@@ -397,6 +398,10 @@ def _spgemm_fused(
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr}
     estimate = _threads(threads, "cpu", A.nnz, ewise_grain())  # a gather per nonzero of A
+    if default and estimate.get("threads") == 1:
+        small = _small_product(A, B, shape, cls, names, threads)
+        if small is not None:
+            return small
     bounds = chunk_bounds(A.indptr, _parts(schedule, estimate, m, n))
     # Each row's work and room written after a leading slot; the work summed in place (its prefix
     # sum balances the chunks), the room summed over each chunk only (where the chunks start).
@@ -438,6 +443,33 @@ def _spgemm_fused(
     t_data.resize(nnz, refcheck=False)
     t_indices.resize(nnz, refcheck=False)
     return _csr((t_data, t_indices, indptr), shape, cls)
+
+
+def _small_product(A, B, shape, cls, names: dict, threads) -> scipy.sparse.csr_matrix | None:
+    """`A @ B` on one thread by the compiled driver of `cpu_serial`'s two kernels (`ops.driver`:
+    the host steps in Python cost three to five times a small product's kernels), or None where
+    its work reaches the parallel grain (more threads pay; not capped at one by `threads=`) or
+    its room passes `FUSED_ROOM_BYTES` or the index dtype."""
+    serial = _serial_on_one(names, {"threads": 1}, True)
+    run = spgemm_driver(kernel("work", **serial), kernel("fused", **serial))
+    idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
+    limit = _UNLIMITED if threads == 1 else parallel_grain()
+    room_limit = FUSED_ROOM_BYTES // (idtype.itemsize + dtype.itemsize)
+    if idtype == np.int32:
+        room_limit = min(room_limit, _INT32_MAX)
+    (m, k), n = A.shape, shape[1]
+    done, data, indices, indptr = run(
+        A.indptr, A.indices, A.data.astype(dtype, copy=False),
+        B.indptr, B.indices, B.data.astype(dtype, copy=False), m, k, n, limit, room_limit,
+    )  # fmt: skip
+    if not done:
+        return None
+    # Copies that numpy owns (a Numba array's memory belongs to its runtime; the room is cut off).
+    return _csr((data.copy(), indices.copy(), indptr.copy()), shape, cls)
+
+
+#: No limit on a one-thread product's work (`threads=1`).
+_UNLIMITED = 1 << 62
 
 
 def _serial_on_one(names: dict, thread_args: dict, default: bool) -> dict:
@@ -556,7 +588,7 @@ def multiply(
 
 
 def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scipy.sparse.csr_matrix:
-    schedule = resolve_schedule("spgemm", target, schedule)
+    default, schedule = schedule is None, resolve_schedule("spgemm", target, schedule)
     cls = _result_class(A)
     A, B = operand(A, "A"), operand(B, "B")
     if A.shape != B.shape:
@@ -573,9 +605,18 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     # a union's row may start writing: it writes at most |A_i| + |B_i| entries); an intersection
     # writes at most min(|A_i|, |B_i|). Summed into kept arrays in the index dtype (the sums
     # fit it): fresh ones would be faulted in page by page.
+    thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
+    names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
+    if default and target == "cpu" and thread_args.get("threads") == 1:
+        # One thread: the host steps and the merge in one compiled call (`ops.driver`).
+        run = ewise_driver(kernel(op, **_serial_on_one(names, thread_args, True)))
+        data, indices, indptr = run(
+            A.indptr, A.indices, A.data.astype(dtype, copy=False), B.indptr, B.indices,
+            B.data.astype(dtype, copy=False), m, op == "add", scalars.get("alpha", 0.0), scalars.get("beta", 0.0),
+        )  # fmt: skip
+        return _csr((data.copy(), indices.copy(), indptr.copy()), A.shape, cls)
     kept = _take_rows("ewise", 2, m + 1, idtype)
     work = np.add(A.indptr, B.indptr, out=kept[0][: m + 1])
-    thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
     start = work
     if op == "multiply":
@@ -584,7 +625,6 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
         np.subtract(B.indptr[1:], B.indptr[:-1], out=work[1:])  # the work is read: its room reused
         np.minimum(start[1:], work[1:], out=start[1:])
         prefix_in_place(start)
-    names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     room = int(start[-1])
     t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
     # Each row's count written after a leading slot and summed in place: the result's indptr.

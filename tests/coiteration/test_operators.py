@@ -64,7 +64,7 @@ def check(C, structure, values, *operands) -> None:
                 assert not np.shares_memory(arr, C.indices) and not np.shares_memory(arr, C.data)
 
 
-def check_spgemm(A, B, mask=None, **kwargs) -> None:
+def check_spgemm(A, B, mask=None, **kwargs):
     C = spgemm(A, B, mask=mask, **kwargs)
     structure = pattern(A) @ pattern(B)
     if mask is not None:
@@ -72,18 +72,21 @@ def check_spgemm(A, B, mask=None, **kwargs) -> None:
     values = scipy.sparse.csr_matrix(A, dtype=np.float64) @ scipy.sparse.csr_matrix(B, dtype=np.float64)
     operands = (A, B) if mask is None else (A, B, mask)
     check(C, structure, values, *operands)
+    return C
 
 
-def check_add(A, B, alpha=1.0, beta=1.0, **kwargs) -> None:
+def check_add(A, B, alpha=1.0, beta=1.0, **kwargs):
     C = add(A, B, alpha, beta, **kwargs)
     values = alpha * scipy.sparse.csr_matrix(A, dtype=np.float64) + beta * scipy.sparse.csr_matrix(B, dtype=np.float64)
     check(C, pattern(A) + pattern(B), values, A, B)
+    return C
 
 
-def check_multiply(A, B, **kwargs) -> None:
+def check_multiply(A, B, **kwargs):
     C = multiply(A, B, **kwargs)
     values = scipy.sparse.csr_matrix(A, dtype=np.float64).multiply(scipy.sparse.csr_matrix(B, dtype=np.float64))
     check(C, pattern(A).multiply(pattern(B)), values, A, B)
+    return C
 
 
 def random_like(A, seed: int, density: float = 0.4, shape=None):
