@@ -225,13 +225,20 @@ def tolerance(dtype: str) -> dict:
 # ------------------------------------------------------------------ reductions
 REDUCTIONS = {  # group: (operands' index dtypes, value dtype, {name: expression}, keywords of the script)
     "float64": (
-        ("int32", "int64", "int32", "int64", "int32"),
+        ("int32", "int64", "int32", "int64"),
         "float64",
         {
             "dot": "X0 * X1",
             "scaled_difference": "alpha * X0 - 2.0 * X1 * X0",
             "union_times": "(X0 + X1) * X2",
             "intersection3": "X1 * X2 * X3",
+        },
+        {},
+    ),
+    "float64_more": (
+        ("int64", "int32", "int32", "int64", "int32"),
+        "float64",
+        {
             "signed_union4": "X0 - X1 + 0.5 * X2 - alpha * X3",
             "mask": "X3 * (X0 - alpha * X1 * X0)",
             "max": "T.max(X0, X1)",
