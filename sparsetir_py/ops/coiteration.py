@@ -192,6 +192,7 @@ def _csr(arrays: tuple, shape: tuple[int, int], cls) -> scipy.sparse.csr_matrix:
         C.__dict__.update(template.__dict__)
         C.data, C.indices, C.indptr = data, indices, indptr
         C._shape = (int(shape[0]), int(shape[1]))
+        return C  # canonical as the template is (its flags copied: scipy's setters cost 3-5 us)
     C.has_sorted_indices = True
     C.has_canonical_format = True
     return C
@@ -450,8 +451,7 @@ def _small_product(A, B, shape, cls, names: dict, threads) -> scipy.sparse.csr_m
     the host steps in Python cost three to five times a small product's kernels), or None where
     its work reaches the parallel grain (more threads pay; not capped at one by `threads=`) or
     its room passes `FUSED_ROOM_BYTES` or the index dtype."""
-    serial = _serial_on_one(names, {"threads": 1}, True)
-    run = spgemm_driver(kernel("work", **serial), kernel("fused", **serial))
+    run = _small_driver("spgemm", names["idtype"], names["dtype"])
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
     limit = _UNLIMITED if threads == 1 else parallel_grain()
     room_limit = FUSED_ROOM_BYTES // (idtype.itemsize + dtype.itemsize)
@@ -466,6 +466,17 @@ def _small_product(A, B, shape, cls, names: dict, threads) -> scipy.sparse.csr_m
         return None
     # Copies that numpy owns (a Numba array's memory belongs to its runtime; the room is cut off).
     return _csr((data.copy(), indices.copy(), indptr.copy()), shape, cls)
+
+
+@functools.cache
+def _small_driver(op: str, idtype: str, dtype: str):
+    """The compiled driver of `op`'s one-thread calls around `cpu_serial`'s kernels (`ops.driver`)."""
+    from schedules import spgemm as shipped
+
+    names = {"idtype": idtype, "dtype": dtype, "target": "cpu", "schedule": shipped.cpu_serial}
+    if op == "spgemm":
+        return spgemm_driver(kernel("work", **names), kernel("fused", **names))
+    return ewise_driver(kernel(op, **names))
 
 
 #: No limit on a one-thread product's work (`threads=1`).
@@ -609,8 +620,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     if default and target == "cpu" and thread_args.get("threads") == 1:
         # One thread: the host steps and the merge in one compiled call (`ops.driver`).
-        run = ewise_driver(kernel(op, **_serial_on_one(names, thread_args, True)))
-        data, indices, indptr = run(
+        data, indices, indptr = _small_driver(op, names["idtype"], names["dtype"])(
             A.indptr, A.indices, A.data.astype(dtype, copy=False), B.indptr, B.indices,
             B.data.astype(dtype, copy=False), m, op == "add", scalars.get("alpha", 0.0), scalars.get("beta", 0.0),
         )  # fmt: skip

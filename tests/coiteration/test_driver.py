@@ -25,14 +25,14 @@ from sparsetir_py.ops import driver
 def driver_calls(monkeypatch):
     """The names of the drivers each call ran (wrapped where the operators look them up)."""
     seen = []
-    for name in ("spgemm_driver", "ewise_driver"):
-        make = getattr(operators, name)
+    make = operators._small_driver
 
-        def counted(*kernels, make=make, name=name):
-            run = make(*kernels)
-            return lambda *args: seen.append(name) or run(*args)
+    def counted(op, idtype, dtype):
+        run = make(op, idtype, dtype)
+        name = "spgemm_driver" if op == "spgemm" else "ewise_driver"
+        return lambda *args: seen.append(name) or run(*args)
 
-        monkeypatch.setattr(operators, name, counted)
+    monkeypatch.setattr(operators, "_small_driver", counted)
     return seen
 
 
@@ -94,8 +94,8 @@ def test_driver_source_names_its_kernels():
     """The generated driver imports each kernel's compiled function by its module (whose name
     hashes the kernel's source) and calls it positionally with its scalars cast to their
     declared types; a kernel with a checked argument cannot be driven."""
-    names = _names(load_matrix("karate"))
-    merge = operators.kernel("add", **operators._serial_on_one(names, {"threads": 1}, True))
+    names = {**_names(load_matrix("karate")), "schedule": "cpu_serial"}
+    merge = operators.kernel("add", **names)
     run = driver.ewise_driver(merge)
     source = Path(run.py_func.__code__.co_filename).read_text()
     fn = merge.dispatcher.py_func
