@@ -12,6 +12,7 @@ output (`coiteration.assemble`).
 from __future__ import annotations
 
 import bisect
+import numbers
 
 import numba
 import numpy as np
@@ -178,6 +179,10 @@ class AssembledKernel:
         if missing:
             raise InputError(f"missing argument `{missing[0]}`")
         values = {**self.specialized, **values}
+        for name in plan.scalars:
+            v = values[name]
+            if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real):
+                raise InputError(f"argument `{name}` must be a number ({self.plan.dtype}), got {type(v).__name__}")
         ops = [self._operand(o, values, check_structure) for o in plan.operands]
         extra = {} if threads is None else {"threads": threads}
         if self.target == "cpu" and sum(len(o[2]) for o in ops) < ewise_grain():
@@ -206,6 +211,8 @@ class AssembledKernel:
                                  (o.indices, indices, self.plan.idtype)):  # fmt: skip
             if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype != np.dtype(dtype):
                 raise InputError(f"argument `{name}` must be a 1-D {dtype} array, got {_describe(arr)}")
+            if not arr.flags.c_contiguous:
+                raise InputError(f"argument `{name}` must be C-contiguous (a strided view: pass a copy)")
         if len(indices) != nnz or len(data) != nnz:
             raise InputError(f"arguments `{o.indices}` and `{o.values}` must have `nnz` = {nnz} entries")
         if check_structure:

@@ -499,7 +499,7 @@ def _swapped(A) -> np.ndarray:
 
 
 @pytest.mark.parametrize("case", ["columns", "rows", "index dtype", "value dtype", "output passed", "missing",
-                                  "out of range", "unsorted", "nnz"])  # fmt: skip
+                                  "out of range", "unsorted", "nnz", "alpha", "alpha text", "strided"])  # fmt: skip
 def test_bad_arguments_of_an_assembled_script(case):
     """Each bad call of an assembled script's kernel is an InputError naming the argument."""
     expr, count, idtype, dtype = ASSEMBLED["scaled"]
@@ -519,6 +519,9 @@ def test_bad_arguments_of_an_assembled_script(case):
         "out of range": ({"q1": out_of_range}, "must lie in"),
         "unsorted": ({"q1": _swapped(X1)}, "increasing"),
         "nnz": ({"nnz1": X1.nnz + 1}, "nnz"),
+        "alpha": ({"alpha": None}, "`alpha` must be a number"),
+        "alpha text": ({"alpha": "2"}, "`alpha` must be a number"),
+        "strided": ({"x1": np.repeat(X1.data, 2)[::2]}, "`x1` must be C-contiguous"),
     }[case]
     call = args | changes
     if case == "missing":
