@@ -73,7 +73,7 @@ from ..omp import current_threads
 from ..operands import DTYPE_NAMES, remember_structure, structure_checked
 from ..runtime.kernel import CPUKernel, Kernel
 from ..script import from_script
-from .driver import ewise_driver, spgemm_driver
+from .driver import ewise_driver, same_driver, spgemm_driver
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
 
@@ -476,6 +476,8 @@ def _small_driver(op: str, idtype: str, dtype: str):
     names = {"idtype": idtype, "dtype": dtype, "target": "cpu", "schedule": shipped.cpu_serial}
     if op == "spgemm":
         return spgemm_driver(kernel("work", **names), kernel("fused", **names))
+    if op.startswith("same_"):
+        return same_driver(kernel(op, **names))
     return ewise_driver(kernel(op, **names))
 
 
@@ -607,7 +609,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     (A, B), idtype, dtype = _common([A, B])
     m = A.shape[0]
     if _same_level(A, B):
-        return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls)
+        return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls, default)
     # The work prefix |A|_i + |B|_i is summed in the index dtype: where it outgrows int32, both
     # operators widen (an intersection's room fits, but its rows are balanced by the work).
     if A.nnz + B.nnz > _INT32_MAX and idtype == np.int32:
@@ -676,12 +678,18 @@ def _packed(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds,
     return _csr((t_data, t_indices, indptr), shape, cls)
 
 
+#: Above this many entries `_same_level` compares a sample of the structure first.
+SAME_SAMPLE_NNZ = 1 << 14
+
+
 def _same_level(A, B) -> bool:
     """Whether A and B store the same coordinates (canonical CSR: the same indptr and indices)."""
     if A.indptr is B.indptr and A.indices is B.indices:
         return True
     if A.nnz != B.nnz:
         return False
+    if A.nnz <= SAME_SAMPLE_NNZ:  # small: the whole arrays at once (each comparison costs ~3 us)
+        return bool((A.indptr == B.indptr).all() and (A.indices == B.indices).all())
     # A sample of the rows first: two different structures mostly differ there, at no cost of
     # the comparison's own arrays of the rows' length.
     rows, entries = slice(None, None, max(1, len(A.indptr) // 64)), slice(None, None, max(1, A.nnz // 64))
@@ -690,9 +698,15 @@ def _same_level(A, B) -> bool:
     return np.array_equal(A.indptr, B.indptr) and np.array_equal(A.indices, B.indices)
 
 
-def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls):
+def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls, default):
     """`op` of two operands that share one level: the lattice's top point at every position."""
     thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
+    if default and target == "cpu" and thread_args.get("threads") == 1:
+        data = _small_driver("same_" + op, DTYPE_NAMES[idtype], DTYPE_NAMES[dtype])(
+            A.indptr, A.data.astype(dtype, copy=False), B.data.astype(dtype, copy=False), A.shape[0],
+            scalars.get("alpha", 0.0), scalars.get("beta", 0.0),
+        )  # fmt: skip
+        return _csr((data.copy(), A.indices.copy(), A.indptr.copy()), A.shape, cls)
     bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
     names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     data = np.empty(A.nnz, dtype)

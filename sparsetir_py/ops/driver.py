@@ -97,6 +97,20 @@ def ewise_small(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, m, uni
     return c_data[:nnz], c_indices[:nnz], indptr
 """
 
+#: A one-thread element-wise operation of two operands that store the same coordinates
+#: (`{same_kernel}`: the lattice's top point at every position): the result's values only.
+SAME_SMALL = """
+@numba.njit(boundscheck=False, cache=True, nogil=True)
+def same_small(indptr, a_data, b_data, m, alpha, beta):
+    nnz = len(a_data)
+    parts = 1
+    bounds = np.zeros(2, np.int32)
+    bounds[1] = m
+    c_data = np.empty(nnz, b_data.dtype)
+    {same_kernel}
+    return c_data
+"""
+
 
 def call(alias: str, kernel: CPUKernel, args: Mapping[str, str]) -> str:
     """The source of a positional call of `kernel` (imported as `alias`) on the driver's variables
@@ -148,3 +162,9 @@ def spgemm_driver(work: CPUKernel, fused: CPUKernel) -> Callable[..., Any]:
 def ewise_driver(merge: CPUKernel) -> Callable[..., Any]:
     """The one-thread element-wise driver (`EWISE_SMALL`) around this merge kernel."""
     return compile_driver("ewise_small", EWISE_SMALL, {"merge_kernel": merge})
+
+
+@functools.cache
+def same_driver(same: CPUKernel) -> Callable[..., Any]:
+    """The one-thread driver (`SAME_SMALL`) of an element-wise operation on one shared level."""
+    return compile_driver("same_small", SAME_SMALL, {"same_kernel": same})
