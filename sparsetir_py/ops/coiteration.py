@@ -73,7 +73,7 @@ from ..omp import current_threads
 from ..operands import DTYPE_NAMES, remember_structure, structure_checked
 from ..runtime.kernel import CPUKernel, Kernel
 from ..script import from_script
-from .driver import ewise_driver, same_driver, spgemm_driver
+from .driver import ewise_driver, masked_driver, same_driver, spgemm_driver
 from .kernels import KernelKey, compiled, resolve_schedule
 from .threads import check_threads, thread_args
 
@@ -308,6 +308,13 @@ def spgemm(
     values = {"a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False)}
     if mask is not None:
         M = mats[2]
+        if chosen is None and target == "cpu" and thread_args.get("threads") == 1:
+            # One thread: the product and its compaction in one compiled call (`ops.driver`).
+            data, indices, indptr = _small_driver("masked", names["idtype"], names["dtype"])(
+                A.indptr, A.indices, A.data.astype(dtype, copy=False), B.indptr, B.indices,
+                B.data.astype(dtype, copy=False), M.indptr, M.indices, m, k, n,
+            )  # fmt: skip
+            return _csr((data.copy(), indices.copy(), indptr.copy()), shape, cls)
         t_data, t_indices = np.empty(M.nnz, dtype), np.empty(M.nnz, idtype)
         # Each row's count written after a leading slot and summed in place (the counts sum to at
         # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
@@ -476,6 +483,8 @@ def _small_driver(op: str, idtype: str, dtype: str):
     names = {"idtype": idtype, "dtype": dtype, "target": "cpu", "schedule": shipped.cpu_serial}
     if op == "spgemm":
         return spgemm_driver(kernel("work", **names), kernel("fused", **names))
+    if op == "masked":
+        return masked_driver(kernel("masked", **names), kernel("compact", **names))
     if op.startswith("same_"):
         return same_driver(kernel(op, **names))
     return ewise_driver(kernel(op, **names))

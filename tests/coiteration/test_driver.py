@@ -29,7 +29,8 @@ def driver_calls(monkeypatch):
 
     def counted(op, idtype, dtype):
         run = make(op, idtype, dtype)
-        name = {"spgemm": "spgemm_driver"}.get(op, "same_driver" if op.startswith("same_") else "ewise_driver")
+        name = {"spgemm": "spgemm_driver", "masked": "masked_driver"}.get(op)
+        name = name or ("same_driver" if op.startswith("same_") else "ewise_driver")
         return lambda *args: seen.append(name) or run(*args)
 
     monkeypatch.setattr(operators, "_small_driver", counted)
@@ -71,6 +72,27 @@ def test_operands_of_one_structure_run_the_same_level_driver(idtype, dtype, driv
     driver_calls.clear()
     check_add(K[:0], other[:0])
     assert driver_calls == ["same_driver"]
+
+
+@pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
+def test_small_masked_products_run_the_masked_driver(idtype, dtype, driver_calls):
+    """Masks every entry of which the product hits (no compaction), some of which it misses
+    (rows moved into the result's arrays), empty, and disjoint from the product."""
+    K = load_matrix("karate").astype(dtype)
+    K.indices, K.indptr = K.indices.astype(idtype), K.indptr.astype(idtype)
+    full = (K @ K).tocsr()
+    rng = np.random.default_rng(8)
+    mixed = scipy.sparse.random(*K.shape, density=0.3, format="csr", random_state=2, dtype=dtype)
+    empty = scipy.sparse.csr_matrix(K.shape, dtype=dtype)
+    eye = scipy.sparse.identity(K.shape[0], dtype=dtype, format="csr")
+    outside = full.toarray() == 0
+    outside[outside.cumsum(axis=1) > 2] = False  # two coordinates a row where the product stores none
+    disjoint = make_csr(outside, rng.uniform(1, 2, int(outside.sum())), idtype, dtype)
+    for mask in (full, mixed, empty, eye, disjoint):
+        C = check_spgemm(K, K, mask=mask)
+        assert owned(C) and C.indices.dtype == np.dtype(idtype)
+    assert C.nnz == 0 and disjoint.nnz > 0
+    assert driver_calls.count("masked_driver") == 5
 
 
 def test_edges_through_the_drivers(driver_calls):
