@@ -25,6 +25,24 @@ from typing import Any
 from ..runtime.cache import cache_dir, guard_numba_cache, import_source, kernel_path, write_source
 from ..runtime.kernel import CPUKernel
 
+#: What every driver's source holds besides its template: all rows as one chunk of a kernel's
+#: `parts`/`bounds`, and each row's count (written after a leading slot) summed into `indptr`.
+HELPERS = """
+@numba.njit(inline="always")
+def one_chunk(m):
+    bounds = np.zeros(2, np.int32)
+    bounds[1] = m
+    return 1, bounds
+
+
+@numba.njit(inline="always")
+def counts_to_indptr(indptr, m):
+    indptr[0] = 0
+    for i in range(m):
+        indptr[i + 1] += indptr[i]
+    return indptr[m]
+"""
+
 #: A one-thread SpGEMM in one pass: each row's work and room (`{work_kernel}`), their sums, room for
 #: the result, the accumulating pass (`{fused_kernel}`), the result's arrays cut to its size (views: Numba's
 #: arrays are not numpy's own, the caller copies them). Not done
@@ -35,9 +53,7 @@ SPGEMM_SMALL = """
 def spgemm_small(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, m, k, n, limit, room_limit):
     nnz_a = len(a_indices)
     nnz_b = len(b_indices)
-    parts = 1
-    bounds = np.zeros(2, np.int32)
-    bounds[1] = m
+    parts, bounds = one_chunk(m)
     work = np.empty(m + 1, np.int64)
     room = np.empty(m + 1, np.int64)
     c_work = work[1:]
@@ -72,9 +88,7 @@ EWISE_SMALL = """
 def ewise_small(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, m, union, alpha, beta):
     nnz_a = len(a_indices)
     nnz_b = len(b_indices)
-    parts = 1
-    bounds = np.zeros(2, np.int32)
-    bounds[1] = m
+    parts, bounds = one_chunk(m)
     c_start = np.empty(m + 1, a_indptr.dtype)
     c_start[0] = 0
     for i in range(m):
@@ -90,10 +104,7 @@ def ewise_small(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, m, uni
     indptr = np.empty(m + 1, a_indptr.dtype)
     c_count = indptr[1:]
     {merge_kernel}
-    indptr[0] = 0
-    for i in range(m):
-        indptr[i + 1] += indptr[i]
-    nnz = indptr[m]
+    nnz = counts_to_indptr(indptr, m)
     return c_data[:nnz], c_indices[:nnz], indptr
 """
 
@@ -103,9 +114,7 @@ SAME_SMALL = """
 @numba.njit(boundscheck=False, cache=True, nogil=True)
 def same_small(indptr, a_data, b_data, m, alpha, beta):
     nnz = len(a_data)
-    parts = 1
-    bounds = np.zeros(2, np.int32)
-    bounds[1] = m
+    parts, bounds = one_chunk(m)
     c_data = np.empty(nnz, b_data.dtype)
     {same_kernel}
     return c_data
@@ -120,18 +129,13 @@ def masked_small(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, m_ind
     nnz_a = len(a_indices)
     nnz_b = len(b_indices)
     nnz_m = len(m_indices)
-    parts = 1
-    bounds = np.zeros(2, np.int32)
-    bounds[1] = m
+    parts, bounds = one_chunk(m)
     t_data = np.empty(nnz_m, b_data.dtype)
     t_indices = np.empty(nnz_m, a_indices.dtype)
     indptr = np.empty(m + 1, a_indptr.dtype)
     c_count = indptr[1:]
     {masked_kernel}
-    indptr[0] = 0
-    for i in range(m):
-        indptr[i + 1] += indptr[i]
-    nnz_c = indptr[m]
+    nnz_c = counts_to_indptr(indptr, m)
     if nnz_c == nnz_m:
         return t_data, t_indices, indptr
     c_data = np.empty(nnz_c, b_data.dtype)
@@ -176,6 +180,10 @@ def compile_driver(
         "import numba",
         "import numpy as np",
         *imports,
+        "",
+        "",
+        HELPERS.strip("\n"),
+        "",
         "",
         body.format(**calls).strip("\n"),
         "",
