@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .. import script as T
 from ..ir.func import PrimFunc
 from ..script import from_script
@@ -80,7 +82,11 @@ def elementwise_script(expression: str, count: int, idtype: str = "int32", dtype
     `q<t>`, `nnz<t>`: values, indptr, indices, nonzeros) and the scalar `alpha`, C assembled by the
     kernel (`assemble=True`): `"X0 + X1 - X2"` stores the union of the three structures,
     `"X0 * X1 * X2"` their intersection."""
-    names = [f"X{t}" for t in range(count)]
+    return from_script(elementwise_source(expression, count, idtype, dtype))
+
+
+def elementwise_source(expression: str, count: int, idtype: str = "int32", dtype: str = "float32") -> str:
+    """The script text of `elementwise_script` (each operand `X<t>` of `expression` read at `[i, j]`)."""
     params = "".join(f"x{t}: T.handle, p{t}: T.handle, q{t}: T.handle, " for t in range(count))
     sizes = "".join(f", nnz{t}: T.int32" for t in range(count))
     decls = "".join(
@@ -88,10 +94,8 @@ def elementwise_script(expression: str, count: int, idtype: str = "int32", dtype
         f"    X{t} = T.match_sparse_buffer(x{t}, (I, J{t}), {dtype!r})\n"
         for t in range(count)
     )
-    body = expression
-    for t, name in enumerate(names):
-        body = body.replace(name, f"X{t}[i, j]")
-    source = f"""
+    body = re.sub(r"\bX(\d+)\b", r"X\1[i, j]", expression)
+    return f"""
 from sparsetir_py import script as T
 
 @T.prim_func
@@ -104,7 +108,6 @@ def ewise({params}c: T.handle, indptr_c: T.handle, indices_c: T.handle, m: T.int
     with T.sp_iter([I, J], "SS", "ewise") as [i, j]:
         C[i, j] = {body}
 """
-    return from_script(source)
 
 
 def spgemm_arguments(A, B) -> dict:

@@ -38,6 +38,7 @@ from matrices import make_csr
 import sparsetir_py as sp
 from sparsetir_py.arith.lattice import parse_expression
 from sparsetir_py.errors import InputError, LoweringError
+from sparsetir_py.ops.scripts import elementwise_source
 
 OPERAND = re.compile(r"X(\d)")
 
@@ -84,26 +85,7 @@ def rows({params}m: T.int32, n: T.int32{sizes}, alpha: T.{dtype}):
 
 def assembled_source(expr: str, count: int, idtype: str, dtype: str) -> str:
     """`C[i, j] = expr` over `[I, J]` "SS", C's level assembled by the kernel."""
-    params = "".join(f"x{t}: T.handle, p{t}: T.handle, q{t}: T.handle, " for t in range(count))
-    sizes = "".join(f", nnz{t}: T.int32" for t in range(count))
-    decls = "".join(
-        f"    J{t} = T.sparse_variable(I, (n, nnz{t}), (p{t}, q{t}), {idtype!r})\n"
-        f"    X{t} = T.match_sparse_buffer(x{t}, (I, J{t}), {dtype!r})\n"
-        for t in range(count)
-    )
-    return f"""
-from sparsetir_py import script as T
-
-@T.prim_func
-def ewise({params}c: T.handle, indptr_c: T.handle, indices_c: T.handle, m: T.int32, n: T.int32{sizes},
-          nnz_c: T.int32, alpha: T.{dtype}):
-    I = T.dense_fixed(m)
-    J = T.dense_fixed(n)
-{decls}    JC = T.sparse_variable(I, (n, nnz_c), (indptr_c, indices_c), {idtype!r}, assemble=True)
-    C = T.match_sparse_buffer(c, (I, JC), {dtype!r})
-    with T.sp_iter([I, J], "SS", "ewise") as [i, j]:
-        C[i, j] = {at_ij(expr)}
-"""
+    return elementwise_source(expr, count, idtype, dtype)
 
 
 def spgemm_source(order: str, idtype: str, dtype: str, *, mask: bool = False) -> str:
