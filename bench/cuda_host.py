@@ -53,6 +53,19 @@ CASES = (
 
 
 @contextlib.contextmanager
+def patched(patches: list) -> Iterator[None]:
+    """`(owner, name, value)` set for the block, each attribute's own value back after it."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+@contextlib.contextmanager
 def stubbed_launches(gpu: bool) -> Iterator[None]:
     """Kernel launches that do nothing (see the module docstring): the simulator's
     `FakeCUDAKernel` configuration and call, or on a GPU `numba.cuda.dispatcher.launch` (what a
@@ -68,14 +81,8 @@ def stubbed_launches(gpu: bool) -> Iterator[None]:
             (sim_kernel.FakeCUDAKernel, "__getitem__", lambda self, configuration: self),
             (sim_kernel.FakeCUDAKernel, "__call__", lambda self, *args: None),
         ]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, stub in patches:
-        setattr(owner, name, stub)
-    try:
+    with patched(patches):
         yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
 
 
 @contextlib.contextmanager
@@ -103,14 +110,8 @@ def counted_copies(counts: dict) -> Iterator[None]:
         (array, "__setitem__", counting(array.__setitem__, "to_device", host_value)),
         (array, "copy_to_host", counting(array.copy_to_host, "to_host")),
     ]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, patched in patches:
-        setattr(owner, name, patched)
-    try:
+    with patched(patches):
         yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
 
 
 def operands(graph: str, width: int, kind: str) -> tuple:
