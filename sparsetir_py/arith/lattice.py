@@ -29,6 +29,7 @@ import ast
 import itertools
 from dataclasses import dataclass
 
+from .. import pyast
 from ..errors import LoweringError
 
 # ------------------------------------------------------------------ expressions
@@ -40,7 +41,7 @@ ZERO = ("num", 0)
 def parse_expression(text: str, operands: tuple[str, ...]) -> tuple:
     """`text` (Python syntax: names, numbers, `+`, `-`, `*`, parentheses) as a tree; `LoweringError`."""
     try:
-        node = ast.parse(text, mode="eval").body
+        node = pyast.parse(text, mode="eval").body
     except SyntaxError as e:
         raise LoweringError(f"co-iteration expression {text!r} is not an expression: {e.msg}") from None
     tree = _tree(node, text)

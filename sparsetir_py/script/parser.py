@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import ir
+from .. import ir, pyast
 from ..errors import FrontendError, SparseTIRError
 from ..ir import dtype as dt
 from ..ir.axis import DENSE_FIXED, DENSE_VARIABLE, SPARSE_FIXED, SPARSE_VARIABLE
@@ -1229,7 +1229,7 @@ def parse_source(text: str, filename: str = "<script>") -> ir.PrimFunc | ir.IRMo
 def _parse_source(text: str, filename: str) -> ir.PrimFunc | ir.IRModule:
     lines = text.splitlines()
     try:
-        tree = ast.parse(text, filename)
+        tree = pyast.parse(text, filename)
     except SyntaxError as e:
         line = lines[e.lineno - 1] if e.lineno and 0 < e.lineno <= len(lines) else ""
         raise FrontendError(f"syntax error: {e.msg}", filename, e.lineno or 0, (e.offset or 1) - 1, line) from None
@@ -1284,7 +1284,7 @@ def _closure_env(fn) -> dict:
 def parse_python_function(fn) -> ir.PrimFunc:
     text, file_lines, line_offset, col_offset = _source_of(fn)
     filename = (file_lines and inspect.getsourcefile(fn)) or "<unknown>"
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     fdef = tree.body[0]
     if not isinstance(fdef, ast.FunctionDef):
         raise FrontendError("@T.prim_func decorates a function", filename, line_offset + 1)
