@@ -314,7 +314,7 @@ def spgemm(
                 A.indptr, A.indices, A.data.astype(dtype, copy=False), B.indptr, B.indices,
                 B.data.astype(dtype, copy=False), M.indptr, M.indices, m, k, n,
             )  # fmt: skip
-            return _csr((data.copy(), indices.copy(), indptr.copy()), shape, cls)
+            return _from_driver((data, indices, indptr), shape, cls)
         t_data, t_indices = np.empty(M.nnz, dtype), np.empty(M.nnz, idtype)
         # Each row's count written after a leading slot and summed in place (the counts sum to at
         # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
@@ -469,10 +469,13 @@ def _small_product(A, B, shape, cls, names: dict, threads) -> scipy.sparse.csr_m
         A.indptr, A.indices, A.data.astype(dtype, copy=False),
         B.indptr, B.indices, B.data.astype(dtype, copy=False), m, k, n, limit, room_limit,
     )  # fmt: skip
-    if not done:
-        return None
-    # Copies that numpy owns (a Numba array's memory belongs to its runtime; the room is cut off).
-    return _csr((data.copy(), indices.copy(), indptr.copy()), shape, cls)
+    return _from_driver((data, indices, indptr), shape, cls) if done else None
+
+
+def _from_driver(arrays: tuple, shape, cls) -> scipy.sparse.csr_matrix:
+    """The result of a compiled driver: copies that numpy owns (a Numba array's memory belongs to
+    its runtime, and a driver's arrays may be views cut from their room)."""
+    return _csr(tuple(a.copy() for a in arrays), shape, cls)
 
 
 @functools.cache
@@ -635,7 +638,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
             A.indptr, A.indices, A.data.astype(dtype, copy=False), B.indptr, B.indices,
             B.data.astype(dtype, copy=False), m, op == "add", scalars.get("alpha", 0.0), scalars.get("beta", 0.0),
         )  # fmt: skip
-        return _csr((data.copy(), indices.copy(), indptr.copy()), A.shape, cls)
+        return _from_driver((data, indices, indptr), A.shape, cls)
     kept = _take_rows("ewise", 2, m + 1, idtype)
     work = np.add(A.indptr, B.indptr, out=kept[0][: m + 1])
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
