@@ -33,7 +33,9 @@ from .. import pyast
 from ..errors import LoweringError
 
 # ------------------------------------------------------------------ expressions
-# A tiny expression tree: ("num", value) | ("name", id) | ("neg", x) | (op, x, y), op in + - *.
+# A tiny expression tree: ("num", value) | ("name", id) | ("neg", x) | (op, x, y), op in + - *, or
+# ("cast", x, dtype): x converted to a numeric dtype, 0 where x is 0 (from a script's expression by
+# `transform/coiterate.py`; the text syntax has no cast).
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 ZERO = ("num", 0)
 
@@ -70,12 +72,15 @@ def names(tree: tuple) -> set[str]:
         return {tree[1]}
     if tree[0] == "num":
         return set()
+    if tree[0] == "cast":
+        return names(tree[1])
     return set().union(*(names(t) for t in tree[1:]))
 
 
 def simplify_absent(tree: tuple, absent: set[str]) -> tuple:
     """`tree` with the operands in `absent` replaced by 0 and the zeros propagated (x * 0 -> 0,
-    x + 0 -> x, 0 - x -> -x), so that a point computes only what its stored operands give."""
+    x + 0 -> x, 0 - x -> -x, -0 -> 0, cast(0) -> 0), so that a point computes only what its stored
+    operands give."""
     kind = tree[0]
     if kind == "name":
         return ZERO if tree[1] in absent else tree
@@ -84,6 +89,9 @@ def simplify_absent(tree: tuple, absent: set[str]) -> tuple:
     if kind == "neg":
         x = simplify_absent(tree[1], absent)
         return ZERO if x == ZERO else ("neg", x)
+    if kind == "cast":
+        x = simplify_absent(tree[1], absent)
+        return ZERO if x == ZERO else ("cast", x, tree[2])
     a, b = simplify_absent(tree[1], absent), simplify_absent(tree[2], absent)
     if kind == "*":
         return ZERO if ZERO in (a, b) else ("*", a, b)
@@ -95,7 +103,8 @@ def simplify_absent(tree: tuple, absent: set[str]) -> tuple:
 
 
 def render(tree: tuple, env: dict[str, str] | None = None) -> str:
-    """The tree as Python text, names mapped through `env` (fully parenthesised where needed)."""
+    """The tree as Python text, names mapped through `env` (fully parenthesised where needed); a
+    cast reads `float64(x)`."""
     env = env or {}
     kind = tree[0]
     if kind == "name":
@@ -104,6 +113,8 @@ def render(tree: tuple, env: dict[str, str] | None = None) -> str:
         return repr(tree[1])
     if kind == "neg":
         return f"-{_atom(tree[1], env)}"
+    if kind == "cast":
+        return f"{tree[2]}({render(tree[1], env)})"
     # Parentheses where Python would group otherwise, and around a right operand of the same
     # precedence, so that the evaluation order is the tree's.
     left, right = tree[1], tree[2]
@@ -152,7 +163,11 @@ class Lattice:
 
 def lattice(text: str, operands: tuple[str, ...] = ("A", "B")) -> Lattice:
     """The iteration lattice of `text` over the sparse `operands` (other names are scalars)."""
-    tree = parse_expression(text, operands)
+    return lattice_from_tree(parse_expression(text, operands), operands)
+
+
+def lattice_from_tree(tree: tuple, operands: tuple[str, ...] = ("A", "B")) -> Lattice:
+    """The iteration lattice of an expression tree (which may hold casts, unlike the text)."""
     used = tuple(o for o in operands if o in names(tree))
     points = []
     for size in range(len(used), 0, -1):

@@ -29,24 +29,28 @@ forward pointer of its own.
 
 What it takes (`match`; anything else keeps the search lowering): the iteration's last iterator
 is a reduction over a dense-fixed axis (or over A's sorted compressed level) and the others are
-spatial; the body is one update
-`X[e] = X[e] + E` with `e` free of that iterator; `E` is made of `+`, `-`, `*`, constants and
-loads, and reads the iterator only as the last coordinate of two to `MAX_OPERANDS` sparse buffers
-(default value 0) whose last axes are different sorted compressed levels (`sparse_variable`) of one
-parent, as long as the dense axis (the same length expression: a merge visits every stored
-coordinate, the iteration only those below the axis's length), indexed before it by the iterators
-of their parent axes, in order; and `E` is 0 where none is stored.
+spatial; the body is one update `X[e] = X[e] + E`, or `X[e] = X[e] - E` (adding `-E`: the
+lattice of `E`), with `e` free of that iterator; `E` is made of `+`, `-` (binary and unary), `*`,
+casts between numeric dtypes, constants and loads, and reads the iterator only as the last
+coordinate of two to `MAX_OPERANDS` sparse buffers (default value 0) whose last axes are different
+sorted compressed levels (`sparse_variable`) of one parent, as long as the dense axis (the same
+length expression: a merge visits every stored coordinate, the iteration only those below the
+axis's length), indexed before it by the iterators of their parent axes, in order; and `E` is 0
+where none is stored. A cast, written (`T.float64(A[i, j] * B[i, j])`) or the front end's where
+the operands are narrower than `X`, is 0 where its operand is: it passes through the lattice and
+is applied again where each point's value is built.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..arith.lattice import ZERO, Lattice, lattice, render, simplify_absent
+from ..arith.lattice import ZERO, Lattice, lattice_from_tree, simplify_absent
+from ..ir import dtype as dt
 from ..ir import make as mk
 from ..ir.axis import DENSE_FIXED, SPARSE_VARIABLE, Axis
 from ..ir.buffer import FlatBuffer, SparseBuffer
-from ..ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Select, Var, const
+from ..ir.expr import BinOp, BufferLoad, Cast, IntImm, PrimExpr, Select, UnaryOp, Var, const
 from ..ir.stmt import BufferStore, IfThenElse, SparseIteration, Stmt, While, seq
 from ..ir.visit import walk
 
@@ -122,12 +126,14 @@ def _rename(tree: tuple, names: dict[str, str]) -> tuple:
         return ("name", names.get(tree[1], tree[1]))
     if tree[0] == "num":
         return tree
+    if tree[0] == "cast":
+        return ("cast", _rename(tree[1], names), tree[2])
     return (tree[0], *(_rename(t, names) for t in tree[1:]))
 
 
 def _increment(value: PrimExpr, current: BufferLoad) -> PrimExpr | None:
     """`E` of an update `X + E`, also written `X + a - b` (Python's left-nested `(X + a) - b`:
-    `E` is then `a - b`); None when `value` is not one."""
+    `E` is then `a - b`) or `X - E` (`-E`); None when `value` is not one."""
     if not (isinstance(value, BinOp) and value.op in ("+", "-")):
         return None
     if value.a == current:
@@ -137,7 +143,7 @@ def _increment(value: PrimExpr, current: BufferLoad) -> PrimExpr | None:
 
 
 def lattice_of(tree: tuple, count: int = 2) -> Lattice:
-    return lattice(render(tree), tuple(NAMES[:count]))
+    return lattice_from_tree(tree, tuple(NAMES[:count]))
 
 
 def _uses(e: PrimExpr, v: Var) -> bool:
@@ -150,6 +156,14 @@ def _tree(e: PrimExpr, j: Var, it: SparseIteration, operands: list, leaves: dict
         a = _tree(e.a, j, it, operands, leaves)
         b = _tree(e.b, j, it, operands, leaves)
         return None if a is None or b is None else (e.op, a, b)
+    if isinstance(e, UnaryOp) and e.op == "-":
+        a = _tree(e.a, j, it, operands, leaves)
+        return None if a is None else ("neg", a)
+    if isinstance(e, Cast) and _numeric(e.dtype) and _numeric(e.value.dtype):
+        # cast(0) == 0: the cast does not move the zeros the lattice reasons about; `_expr`
+        # applies it again where the value is rebuilt.
+        a = _tree(e.value, j, it, operands, leaves)
+        return None if a is None else ("cast", a, e.dtype)
     if isinstance(e, BufferLoad) and _uses_any(e, j):
         if e in operands:  # the same operand read again
             return ("name", NAMES[operands.index(e)])
@@ -162,6 +176,10 @@ def _tree(e: PrimExpr, j: Var, it: SparseIteration, operands: list, leaves: dict
     name = f"s{len(leaves)}"
     leaves[name] = e
     return ("name", name)
+
+
+def _numeric(dtype: str) -> bool:
+    return dt.is_int(dtype) or dt.is_float(dtype)
 
 
 def _uses_any(e: PrimExpr, j: Var) -> bool:
@@ -272,6 +290,8 @@ def _expr(tree: tuple, env: dict[str, PrimExpr]) -> PrimExpr:
         return const(tree[1])
     if kind == "neg":
         return mk.neg(_expr(tree[1], env))
+    if kind == "cast":
+        return mk.cast(tree[2], _expr(tree[1], env))
     return mk.binop(kind, _expr(tree[1], env), _expr(tree[2], env))
 
 
@@ -353,7 +373,7 @@ def _presence(tree: tuple, stored: dict[str, PrimExpr]) -> PrimExpr | None:
         return stored.get(tree[1])
     if kind == "num":
         return None if tree[1] != 0 else const(False, "bool")
-    if kind == "neg":
+    if kind in ("neg", "cast"):
         return _presence(tree[1], stored)
     a, b = _presence(tree[1], stored), _presence(tree[2], stored)
     if kind == "*":

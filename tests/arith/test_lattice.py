@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sparsetir_py as sp
-from sparsetir_py.arith.lattice import lattice, render, simplify_absent
+from sparsetir_py.arith.lattice import ZERO, lattice, lattice_from_tree, render, simplify_absent
 
 
 def test_lattice_points():
@@ -38,3 +38,17 @@ def test_lattice_rejects_bad_expressions():
         lattice("alpha * 2")
     with pytest.raises(sp.LoweringError, match="not an expression"):
         lattice("A +")
+
+
+def test_casts_pass_through_the_lattice():
+    """A cast (from a script's expression: the text has none) is 0 where its operand is: the
+    lattice of `-float64(A * B) + C` is that of `-(A * B) + C`, and each point keeps the cast."""
+    cast = ("cast", ("*", ("name", "A"), ("name", "B")), "float64")
+    tree = ("+", ("neg", cast), ("name", "C"))
+    lat = lattice_from_tree(tree, ("A", "B", "C"))
+    assert [str(p) for p in lat.points][:2] == ["{A, B, C}: -float64(A * B) + C", "{A, B}: -float64(A * B)"]
+    assert [sorted(p.operands) for p in lat.points] == [
+        sorted(p.operands) for p in lattice("-(A * B) + C", ("A", "B", "C")).points
+    ]
+    assert simplify_absent(cast, {"A"}) == ZERO
+    assert render(cast, {"A": "x[p]"}) == "float64(x[p] * B)"

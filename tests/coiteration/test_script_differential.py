@@ -9,7 +9,9 @@ dtype pair (the drawn matrices change, the kernels do not):
   operands at `j`: intersections, unions, nests of both, scaling constants and a scalar
   parameter, subtraction, a mask operand, an operand read twice, `T.max`, an expression nonzero
   where nothing is stored, mixed int32/int64 index dtypes, float32/float64 values, an unsorted
-  (searched) level, the iteration over one operand's own level;
+  (searched) level, the iteration over one operand's own level, updates by subtraction
+  (`C[i] - E`), unary minus and casts (written, and the front end's into a float64 output over
+  float32 operands);
 * assembled outputs `C[i, j] = E` over `[I, J]` "SS" (`assemble=True`): element-wise
   expressions of one to four operands, and SpGEMM written as a script, `[I, K, J]` "SRS" and
   `[I, J, K]` "SSR", plain and masked, on rectangular operands. The structure is the presence of
@@ -50,11 +52,13 @@ def at_ij(expr: str) -> str:
 
 
 def reduction_source(exprs: tuple[str, ...], idtypes: tuple[str, ...], dtype: str, *,
-                     own: tuple[int, ...] = (), unsorted: tuple[int, ...] = ()) -> str:  # fmt: skip
+                     own: tuple[int, ...] = (), unsorted: tuple[int, ...] = (), subtract: tuple[int, ...] = (),
+                     out_dtype: str | None = None) -> str:  # fmt: skip
     """One function of several reductions over the same operands `X<t>` (index dtype
     `idtypes[t]`, `sorted=False` for `t` in `unsorted`): output `C<e>[i] = C<e>[i] + exprs[e]`
-    over `[I, J]`, or `[I, J0]` (X0's own level) for `e` in `own`. Several iterations in one
-    function: one compilation checks them all."""
+    (`-` for `e` in `subtract`) over `[I, J]`, or `[I, J0]` (X0's own level) for `e` in `own`; the
+    outputs of `out_dtype` (default: the operands' `dtype`). Several iterations in one function:
+    one compilation checks them all."""
     count = len(idtypes)
     params = "".join(f"x{t}: T.handle, p{t}: T.handle, q{t}: T.handle, " for t in range(count))
     params += "".join(f"c{e}: T.handle, " for e in range(len(exprs)))
@@ -65,12 +69,13 @@ def reduction_source(exprs: tuple[str, ...], idtypes: tuple[str, ...], dtype: st
         f"    X{t} = T.match_sparse_buffer(x{t}, (I, J{t}), {dtype!r})\n"
         for t in range(count)
     )
-    decls += "".join(f"    C{e} = T.match_sparse_buffer(c{e}, (I,), {dtype!r})\n" for e in range(len(exprs)))
+    output = out_dtype or dtype
+    decls += "".join(f"    C{e} = T.match_sparse_buffer(c{e}, (I,), {output!r})\n" for e in range(len(exprs)))
     body = "".join(
         f'    with T.sp_iter([I, {"J0" if e in own else "J"}], "SR", "rows{e}") as [i, j]:\n'
         f"        with T.init():\n"
         f"            C{e}[i] = 0.0\n"
-        f"        C{e}[i] = C{e}[i] + {at_ij(expr)}\n"
+        f"        C{e}[i] = C{e}[i] {f'- ({at_ij(expr)})' if e in subtract else f'+ {at_ij(expr)}'}\n"
         for e, expr in enumerate(exprs)
     )
     return f"""
@@ -140,6 +145,7 @@ def dense_value(expr: str, dense: list[np.ndarray], alpha: float) -> np.ndarray:
 class _NumpyT:
     max = staticmethod(np.maximum)
     min = staticmethod(np.minimum)
+    float64 = staticmethod(np.float64)
 
 
 def presence(tree: tuple, patterns: dict[str, np.ndarray], shape) -> np.ndarray:
@@ -238,6 +244,18 @@ REDUCTIONS = {  # group: (operands' index dtypes, value dtype, {name: expression
         },
         {"own": (1, 2)},
     ),
+    "signed_casts": (  # float32 operands into float64 outputs: the front end casts each increment
+        ("int64", "int32", "int64"),
+        "float32",
+        {
+            "negated": "-X0 * X1",
+            "subtracted_union": "X0 - alpha * X1",
+            "cast": "T.float64(-X1 * X2) + X0",
+            "own_level": "X0 * -X2",
+            "subtracted_product3": "X0 * X1 * X2",
+        },
+        {"subtract": (1, 3, 4), "own": (3,), "out_dtype": "float64"},
+    ),
 }
 
 
@@ -265,14 +283,17 @@ def check_reductions(group: str, operands, alpha: float, seed: int) -> None:
     args = operand_arguments(mats) | {"alpha": alpha}
     m = mats[0].shape[0]
     outputs = [f"c{e}" for e in range(len(exprs))]
-    oracle = {c: np.full(m, np.nan, dtype) for c in outputs}
+    out_dtype = keywords.get("out_dtype", dtype)
+    oracle = {c: np.full(m, np.nan, out_dtype) for c in outputs}
     sp.interpret(sp.from_script(source), **oracle, **args)
-    got = {c: np.full(m, np.nan, dtype) for c in outputs}
+    got = {c: np.full(m, np.nan, out_dtype) for c in outputs}
     compiled(source)(**got, **args)
     for e, (name, expr) in enumerate(exprs.items()):
         c = outputs[e]
         np.testing.assert_allclose(got[c], oracle[c], **tolerance(dtype), err_msg=f"{name}: kernel != interpreter")
         want = reduction_expected(expr, mats, alpha, e in keywords.get("own", ()))
+        if e in keywords.get("subtract", ()):
+            want = -want
         np.testing.assert_allclose(oracle[c], want, **tolerance(dtype), err_msg=f"{name}: interpreter != numpy")
 
 

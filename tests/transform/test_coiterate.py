@@ -1,6 +1,7 @@
 """Co-iteration in `lower_sparse_iter` (`transform/coiterate.py`): a reduction over a dense
 iterator that reads two sparse buffers at it lowers to a two-pointer merge of their rows (three
-operands: one pointer each, at the end of this file).
+operands: one pointer each; then updates by subtraction, unary minus and casts, at the end of this
+file).
 
 The script computes one value per row from two CSR matrices of one shape, `c[i] = sum_j E(A[i,
 j], B[i, j])`, with `E` intersection-shaped (`A * B`) or union-shaped (`A + B`, `2 * A - B * A`).
@@ -11,6 +12,8 @@ and parses back equal. Scripts outside the merge's shape keep the search lowerin
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -285,3 +288,132 @@ def test_three_operands_merge(expr, own):
         c = np.full(9, np.nan)
         run(c)
         np.testing.assert_allclose(c, want, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------ negations, subtraction and casts
+SIGNED = {  # id: (the update, A's, B's and C's value dtypes, numpy's increment from A and B in float64)
+    "subtracted": ("C[i] = C[i] - A[i, j] * B[i, j]", "float64", "float64", "float64", lambda A, B: -A.multiply(B)),
+    "negated": ("C[i] = C[i] + -A[i, j] * B[i, j]", "float64", "float64", "float64", lambda A, B: -A.multiply(B)),
+    "negated_union": ("C[i] = C[i] - -(A[i, j] - 2.0 * B[i, j])", "float64", "float64", "float64",
+                      lambda A, B: A - 2 * B),
+    "implicit_cast": ("C[i] = C[i] + A[i, j] * B[i, j]", "float32", "float32", "float64", lambda A, B: A.multiply(B)),
+    "cast": ("C[i] = C[i] + T.float64(A[i, j] * B[i, j])", "float32", "float32", "float64",
+             lambda A, B: A.multiply(B)),
+    "cast_leaf": ("C[i] = C[i] - A[i, j] * B[i, j]", "float32", "float64", "float64", lambda A, B: -A.multiply(B)),
+    "casts_and_negations": ("C[i] = C[i] - (T.float64(-A[i, j]) + B[i, j] * 2.0)", "float32", "float32", "float64",
+                            lambda A, B: A - 2 * B),
+}  # fmt: skip
+SIGNED_LOOPS = {"negated_union": 3, "casts_and_negations": 3}  # `while` loops: the others are intersections (1)
+
+
+def typed_script(template: str, update: str, dtypes: dict[str, str], replacements: dict[str, str]):
+    """`template` with its update `C[i] = C[i] + EXPR` replaced by `update`, the buffers named in
+    `dtypes` declared with those value dtypes (the template's are float64), and `replacements`."""
+    text = template.replace("C[i] = C[i] + EXPR", update)
+    for name, dtype in dtypes.items():
+        text = re.sub(rf"^(\s*{name} = T\.match_sparse_buffer\(.*), \"float64\"\)$", rf'\1, "{dtype}")', text,
+                      flags=re.M)  # fmt: skip
+    for old, new in replacements.items():
+        text = text.replace(old, new)
+    return sp.from_script(text)
+
+
+def signed_script(form: str, own: bool = False):
+    update, a, b, c, _ = SIGNED[form]
+    template = OWN if own else SCRIPT
+    return typed_script(template, update, {"A": a, "B": b, "C": c}, {"AIDX": "int64", "BIDX": "int32", "SORTED": ""})
+
+
+def operands_with_gaps(rng, count: int, dtypes: tuple[str, ...], idtypes: tuple[str, ...], shape=(9, 13)) -> list:
+    """`count` CSR matrices of `shape`: rows empty in one operand only, a row empty in all, and
+    explicit zeros among the stored values."""
+    out = []
+    for t in range(count):
+        mask = rng.random(shape) < 0.4
+        mask[t * 2 : t * 2 + 2] = False
+        mask[-1:] = False
+        values = rng.uniform(-1, 1, int(mask.sum()))
+        values[rng.random(values.size) < 0.1] = 0.0
+        out.append(make_csr(mask, values, idtypes[t], dtypes[t]))
+    return out
+
+
+def check_kernel(func, args: dict, m: int, want: np.ndarray, dtype: str) -> None:
+    """The Stage I interpreter, the loop interpreter on the lowered function and the compiled CPU
+    kernel give the same `c`, which is `want` (numpy's, in float64) within `dtype`'s rounding."""
+    outputs = []
+    mod = sp.lower_sparse_iter(func)
+    key = func.script()
+    if key not in _KERNELS:
+        _KERNELS[key] = sp.compile(func)
+    for run in (lambda c: sp.interpret(func, c=c, **args), lambda c: sp.interpret(mod, c=c, **args),
+                lambda c: _KERNELS[key](c=c, **args)):  # fmt: skip
+        c = np.full(m, np.nan)
+        run(c)
+        outputs.append(c)
+    loose = {"rtol": 1e-5, "atol": 1e-6} if dtype == "float32" else {"rtol": 1e-10, "atol": 1e-12}
+    np.testing.assert_allclose(outputs[0], want, **loose)
+    for c in outputs[1:]:
+        np.testing.assert_allclose(c, outputs[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", list(SIGNED))
+def test_negations_and_casts_merge(form):
+    """An update by subtraction (`C - E`, the lattice of `E`), a unary minus and a cast inside `E`
+    (explicit, or the front end's where the operands are narrower than C) keep the merge: a
+    negation or a cast is 0 where its operand is, so the lattice is that of `E` without them."""
+    for own in (False, True):
+        mod = sp.lower_sparse_iter(signed_script(form, own))
+        assert merged(mod), (form, own)
+        assert sp.structural_equal(sp.from_script(mod["main"].script()), mod["main"])
+        sp.verify(mod)
+    loops = sum(isinstance(n, ir.While) for n in walk(sp.lower_sparse_iter(signed_script(form))["main"].body))
+    assert loops == SIGNED_LOOPS.get(form, 1)
+
+
+@pytest.mark.parametrize("form", list(SIGNED))
+def test_negations_and_casts_match_the_interpreter(form):
+    """Each form over J and over A's own level, on matrices with empty rows (in one operand, in
+    both), int64 indices for A and int32 for B, float32 and float64 values: interpreters, kernel
+    and numpy agree."""
+    _, a, b, _, increment = SIGNED[form]
+    rng = np.random.default_rng(len(form))
+    for own in (False, True):
+        func = signed_script(form, own)
+        for shape in ((9, 13), (1, 1), (4, 0), (0, 3)):
+            A, B = operands_with_gaps(rng, 2, (a, b), ("int64", "int32"), shape)
+            args = arguments(A, B) | {"a": A.data, "b": B.data}
+            A64, B64 = (scipy.sparse.csr_matrix(X, dtype=np.float64) for X in (A, B))
+            want = increment(A64, B64)
+            if own:
+                want = scipy.sparse.csr_matrix(want).multiply(pattern(A))
+            dtype = "float32" if "float32" in (a, b) else "float64"
+            check_kernel(func, args, shape[0], np.asarray(want.sum(axis=1)).reshape(-1), dtype)
+
+
+THREE_SIGNED = {  # id: (the update, numpy's increment from A, B, D in float64)
+    "subtracted_product": ("C[i] = C[i] - A[i, j] * B[i, j] * D[i, j]", lambda A, B, D: -A.multiply(B).multiply(D)),
+    "cast_union": ("C[i] = C[i] + T.float64(-A[i, j] * B[i, j]) - 2.0 * D[i, j]",
+                   lambda A, B, D: -A.multiply(B) - 2 * D),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("own", [False, True])
+@pytest.mark.parametrize("form", list(THREE_SIGNED))
+def test_three_operands_negations_and_casts(form, own):
+    """The same forms with three operands, float32 A and B, float64 D and C: the leapfrog for the
+    product, the least coordinate for the union, forward pointers over A's own level."""
+    update, increment = THREE_SIGNED[form]
+    replacements = {"ITER": "I, JA" if own else "I, J", '(pa, qa), "int32"': '(pa, qa), "int64"',
+                    '(pd, qd), "int32"': '(pd, qd), "int64"'}  # fmt: skip
+    func = typed_script(THREE, update, {"A": "float32", "B": "float32"}, replacements)
+    assert merged(sp.lower_sparse_iter(func))
+    rng = np.random.default_rng(len(form) + own)
+    mats = operands_with_gaps(rng, 3, ("float32", "float32", "float64"), ("int64", "int32", "int64"))
+    args = {"m": 9, "n": 13}
+    for name, M in zip("abd", mats):
+        args |= {name: M.data, f"p{name}": M.indptr, f"q{name}": M.indices, f"n{name}": M.nnz}
+    want = increment(*(scipy.sparse.csr_matrix(M, dtype=np.float64) for M in mats))
+    if own:
+        want = scipy.sparse.csr_matrix(want).multiply(pattern(mats[0]))
+    check_kernel(func, args, 9, np.asarray(want.sum(axis=1)).reshape(-1), "float32")
