@@ -38,10 +38,20 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import numba.core.registry
+from numba.core import sigutils
+from numba.core.compiler_lock import global_compiler_lock
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no compile lock, each process compiles alone
+    fcntl = None
 
 # Bumped when the layout of cached files changes in a way the key does not see.
 CACHE_FORMAT = 1
@@ -257,7 +267,9 @@ def _exec_source(path: Path) -> ModuleType:
 
 def guard_numba_cache(dispatcher: Any) -> None:
     """Make the on-disk cache of one Numba dispatcher (CPU or CUDA) heal itself: an entry that
-    fails to load is removed and the kernel compiled again; a save that fails is skipped.
+    fails to load is removed and the kernel compiled again; a save that fails is skipped. On the
+    CPU, processes that compile the same kernel at the same time also take turns
+    (`_compile_in_turn`): the first compiles, the others then load what it saved.
 
     Only this dispatcher's cache object is wrapped (no global patch of Numba); dispatchers without
     a disk cache (the CUDA simulator's, `cache=False`) are left alone."""
@@ -265,6 +277,72 @@ def guard_numba_cache(dispatcher: Any) -> None:
     if inner is None or isinstance(inner, _HealingNumbaCache) or not hasattr(inner, "_cache_file"):
         return
     dispatcher._cache = _HealingNumbaCache(inner)
+    if isinstance(dispatcher, numba.core.registry.CPUDispatcher):
+        _compile_in_turn(dispatcher)
+
+
+#: The longest a process waits for another one's compile of the same kernel before it compiles
+#: the kernel itself (a compile takes seconds; a process holding the lock that dies releases it).
+COMPILE_WAIT_S = 300.0
+
+#: Lock files this process holds (a second `flock` of the same file from this process would wait
+#: for itself), guarded by Numba's compiler lock.
+_HELD: set[str] = set()
+
+
+def _compile_in_turn(dispatcher: Any) -> None:
+    """Wrap the dispatcher's `compile` so that a compile of a signature it does not have yet runs
+    under an exclusive lock on `<kernel>.lock` beside the source: two processes that need one
+    kernel at once (pytest-xdist workers, Dask workers on one machine) compile it once, and the
+    second finds it in Numba's disk cache, which `compile` reads first. Taken under Numba's own
+    compiler lock (this process's threads queue there first, in Numba's order); without `fcntl`
+    (Windows), or where the lock file cannot be made, or after `COMPILE_WAIT_S`, each process
+    compiles on its own, as before."""
+    if fcntl is None:
+        return
+    compile_ = dispatcher.compile
+    path = str(Path(dispatcher.py_func.__code__.co_filename).with_suffix(".lock"))
+
+    def compile_in_turn(sig):
+        with global_compiler_lock:
+            args, _ = sigutils.normalize_signature(sig)
+            if tuple(args) in dispatcher.overloads or path in _HELD:
+                return compile_(sig)
+            with _file_lock(path):
+                return compile_(sig)
+
+    dispatcher.compile = compile_in_turn
+
+
+@contextlib.contextmanager
+def _file_lock(path: str):
+    """An exclusive `flock` of `path` for the block (nothing where the file cannot be opened, or
+    after waiting `COMPILE_WAIT_S`)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + COMPILE_WAIT_S
+        locked = False
+        while not locked:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:  # a file system without locks
+                break
+        _HELD.add(path)
+        try:
+            yield
+        finally:
+            _HELD.discard(path)
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 class _HealingNumbaCache:

@@ -25,10 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = """
 import json, sys, warnings
 import numpy as np
+from numba.core import event
 import sparsetir_py as sp
 from sparsetir_py.data import load_matrix
 from sparsetir_py.runtime.cache import CacheWarning
 
+compiled = []  # the generated kernels this process compiled (not loaded from the cache)
+class Compiles(event.Listener):
+    def on_start(self, ev):
+        pass
+    def on_end(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__module__)
+event.register("numba:compile", Compiles())
 A = load_matrix("karate")
 rng = np.random.default_rng(0)
 errors = {}
@@ -41,7 +49,9 @@ with warnings.catch_warnings(record=True) as caught:
     X = rng.standard_normal((A.shape[0], 8)).astype(np.float32)
     S = sp.ops.sddmm(A.astype(np.float32), X, X)
     errors["sddmm"] = float(np.abs(S.toarray() - A.multiply(X @ X.T).toarray()).max())
-print(json.dumps({"errors": errors, "warnings": [str(w.message) for w in caught if w.category is CacheWarning]}))
+compiled = [m for m in compiled if m.startswith("sparsetir_generated_")]
+print(json.dumps({"errors": errors, "warnings": [str(w.message) for w in caught if w.category is CacheWarning],
+                  "compiled": compiled}))
 """
 
 KERNELS = 3  # spmm float32, spmm float64, sddmm float32
@@ -138,8 +148,10 @@ def test_damaged_bytecode_is_removed(cache_env):
 
 
 def test_concurrent_processes_fill_an_empty_cache(tmp_path):
-    """Four processes compile the same kernels into one empty cache at once."""
+    """Four processes compile the same kernels into one empty cache at once: each kernel once in
+    all (the others wait for it and load it from the cache), every answer right."""
     env = driver_env(tmp_path)
+    compiled = []
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", DRIVER],
@@ -157,3 +169,6 @@ def test_concurrent_processes_fill_an_empty_cache(tmp_path):
         out = json.loads(stdout.strip().splitlines()[-1])
         assert all(err < 1e-3 for err in out["errors"].values()), out
         assert out["warnings"] == [], out  # racing writers never leave a damaged file
+        compiled.extend(out["compiled"])
+    assert len(compiled) >= KERNELS, compiled
+    assert len(compiled) == len(set(compiled)), compiled  # no kernel compiled by two processes
