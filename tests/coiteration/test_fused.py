@@ -228,3 +228,10 @@ def test_packed_chunks_move_down_in_place(idtype, dtype, monkeypatch):
         check_multiply(left, right, threads=2)
     C = operators.add(A, R, threads=2)
     assert C.indices.dtype == np.dtype(idtype) and C.data.base is None and C.indices.base is None
+    # Operands of one structure: each chunk's positions in one flat loop (`same_level_script`).
+    S = A.copy()
+    S.data = np.random.default_rng(1).standard_normal(A.nnz).astype(dtype)
+    for left, right in ((A, S), (A[:1], S[:1]), (A[5:9], S[5:9])):
+        left, right = scipy.sparse.csr_matrix(left), scipy.sparse.csr_matrix(right)
+        check_add(left, right, 2.0, -1.0, threads=2)
+        check_multiply(left, right, threads=2)
