@@ -65,6 +65,7 @@ IMPORTS = {
     "split_bound": "from sparsetir_py.runtime.cpu_intrinsics import split_bound",
     "stack_zeros": "from sparsetir_py.runtime.cpu_intrinsics import stack_zeros",
     "ctz": "from sparsetir_py.runtime.cpu_intrinsics import ctz",
+    "set_chunksize": "from sparsetir_py.runtime.cpu_intrinsics import set_chunksize",
     "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
     "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }

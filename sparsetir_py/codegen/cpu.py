@@ -80,8 +80,9 @@ class CPURenderer(Renderer):
 
     def stmt_for(self, s: For) -> None:
         """A parallel loop annotated `chunk_size` hands out its iterations in chunks of that size
-        (Numba's `set_parallel_chunksize`): threads that finish early take more chunks, which
-        balances rows of very different lengths (power-law graphs). One annotated `split_by`
+        (Numba's `set_parallel_chunksize`, through `cpu_intrinsics.set_chunksize`, which keeps the
+        kernel cacheable): threads that finish early take more chunks, which balances rows of
+        very different lengths (power-law graphs). One annotated `split_by`
         gives each thread one contiguous range of iterations, of equal weight (`split_loop`)."""
         if s.kind == "parallel" and "split_by" in s.annotations:
             self.split_loop(s)
@@ -93,9 +94,10 @@ class CPURenderer(Renderer):
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
             raise CodegenError(f"in `build`: chunk_size of loop `{s.loop_var.name}` must be a positive int")
         saved = f"chunk_{self.names.get(s.loop_var, s.loop_var.name)}"
-        self.line(f"{saved} = numba.set_parallel_chunksize({chunk})")
+        self.use("set_chunksize")
+        self.line(f"{saved} = set_chunksize({chunk})")
         super().stmt_for(s)
-        self.line(f"numba.set_parallel_chunksize({saved})")
+        self.line(f"set_chunksize({saved})")
 
     def split_loop(self, s: For) -> None:
         """`for i in prange(n)` annotated `split_by="J_indptr"`: `SPLIT_PARTS` contiguous ranges of
@@ -182,13 +184,8 @@ class CPURenderer(Renderer):
             fastmath = "{" + ", ".join(f'"{flag}"' for flag in fastmath) + "}" if fastmath else "False"
         return (
             f"@numba.njit(parallel={self.options['parallel'] and self.has_prange}, fastmath={fastmath}, "
-            f'error_model="numpy", boundscheck={self.options["boundscheck"]}, cache={not self.uses_chunks})'
+            f'error_model="numpy", boundscheck={self.options["boundscheck"]}, cache=True)'
         )
-
-    @property
-    def uses_chunks(self) -> bool:
-        """`set_parallel_chunksize` is a dynamic global for Numba: such kernels cannot be cached."""
-        return any(isinstance(n, For) and "chunk_size" in n.annotations for n in walk(self.func.body))
 
     def thread_loop(self, s: For) -> None:
         var = self.names.get(s.loop_var, s.loop_var.name)

@@ -11,6 +11,10 @@ element. Integer and float arrays (LLVM >= 9 has `fadd`); no bounds check.
 `ctz(x)` counts the trailing zero bits of a nonzero integer (`llvm.cttz`, Numba's
 `trailing_zeros`): the next set bit of a bitmap word.
 
+`set_chunksize(n)` is Numba's `set_parallel_chunksize(n)` (the chunks in which this thread's next
+`prange` hands out its iterations), returning the size it replaces; unlike Numba's own, it leaves
+the kernel cacheable (below).
+
 `stack_zeros(size, dtype)` is a zero-filled 1-D array of a constant `size` on the stack (a
 `local` scratch buffer of constant size: a register tile that LLVM keeps in registers, where
 `np.zeros` would allocate on the heap, and LLVM could not tell that it aliases no argument).
@@ -18,6 +22,7 @@ element. Integer and float arrays (LLVM >= 9 has `fadd`); no bounds check.
 
 from __future__ import annotations
 
+import llvmlite.ir as llvm_ir
 import numba
 import numpy as np
 from numba import types
@@ -45,6 +50,32 @@ def atomic_add(typingctx, array, index, value):
         return context.get_dummy_value()
 
     return types.void(array, index, value), codegen
+
+
+@intrinsic
+def set_chunksize(typingctx, n):
+    """`numba.set_parallel_chunksize(n)` in a kernel, returning the previous size: a call of the
+    threading layer's `get_parallel_chunksize` / `set_parallel_chunksize` by symbol name, as
+    Numba's own `prange` lowering makes them (resolved when a cached kernel loads). Numba's
+    `set_parallel_chunksize` calls them through a ctypes pointer, a dynamic global: a kernel that
+    uses it cannot be cached and compiles again in every process (a decomposed SDDMM: 20 s)."""
+    if not isinstance(n, types.Integer):
+        return None
+    from numba.np.ufunc.parallel import _launch_threads
+
+    _launch_threads()  # registers the threading layer's symbols
+
+    def codegen(context, builder, sig, args):
+        uintp = context.get_value_type(types.uintp)
+        get = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(uintp, []), "get_parallel_chunksize")
+        set_ = cgutils.get_or_insert_function(
+            builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [uintp]), "set_parallel_chunksize"
+        )
+        previous = builder.call(get, [])
+        builder.call(set_, [context.cast(builder, args[0], sig.args[0], types.uintp)])
+        return previous
+
+    return types.uintp(n), codegen
 
 
 @numba.njit(cache=True)

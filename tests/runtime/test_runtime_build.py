@@ -141,7 +141,16 @@ sys.path[:0] = {paths!r}
 import stage3_kernels as K
 from sparsetir_py.runtime.build import build
 
-kernel = build(K.CASES_BY_NAME["csrmm"].func("cpu"), cache_dir={cache!r})
+if {chunked!r}:  # a parallel loop handing out chunks (`set_chunksize` in the kernel)
+    import os
+    os.environ["SPARSETIR_CACHE_DIR"] = {cache!r}
+    import sparsetir_py as sp
+    from schedules.spmm import csr_cpu_rows_balanced
+    from sparsetir_py.ops import spmm_script
+    kernel = sp.compile(spmm_script(), "cpu", schedule=csr_cpu_rows_balanced)
+    assert "set_chunksize(64)" in kernel.source
+else:
+    kernel = build(K.CASES_BY_NAME["csrmm"].func("cpu"), cache_dir={cache!r})
 A = K.random_csr(0, 20, 10, 0.3)
 c = np.zeros((20, 3), np.float32)
 b = np.ones((10, 3), np.float32)
@@ -152,10 +161,13 @@ print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
 """
 
 
-def test_numba_cache_works_across_processes(tmp_cache):
-    """The generated file lives on disk, so Numba's cache=True serves a second process."""
+@pytest.mark.parametrize("chunked", [False, True])
+def test_numba_cache_works_across_processes(tmp_cache, chunked):
+    """The generated file lives on disk, so Numba's cache=True serves a second process; a kernel
+    whose parallel loop hands out chunks too (it was compiled again in every process)."""
     here = Path(__file__).resolve().parents[1]
-    script = NUMBA_CACHE_SCRIPT.format(paths=[str(here / "codegen"), str(here)], cache=str(tmp_cache))
+    paths = [str(here / "codegen"), str(here), str(here.parent)]
+    script = NUMBA_CACHE_SCRIPT.format(paths=paths, cache=str(tmp_cache), chunked=chunked)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     runs = [
         subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)

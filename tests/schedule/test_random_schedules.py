@@ -583,7 +583,7 @@ def test_annotate_fail_chunk_size_not_a_positive_int(value):
     sch.annotate(i, "chunk_size", 3)
     check_replay(sch, lowered("spmm"))
     kernel = cpu_kernel(sch.mod)
-    assert "set_parallel_chunksize(3)" in kernel.source
+    assert "set_chunksize(3)" in kernel.source
     check_result("spmm", kernel, small_matrices("int32", "float32")[-1], feat=5, seed=0)
 
 
