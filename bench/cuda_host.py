@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         gpu = cuda.is_available()
     if not simulator and not gpu:
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-        return subprocess.run([sys.executable, "-m", "bench.cuda_host", *sys.argv[1:]], env=env).returncode
+        rest = sys.argv[1:] if argv is None else argv
+        return subprocess.run([sys.executable, "-m", "bench.cuda_host", *rest], env=env).returncode
     cases = [c for c in CASES if c[0] in args.cases]
     kinds = ["numba"]
     if gpu:

@@ -11,19 +11,16 @@ would add) is timed once, in its own column.
 Writes `bench-cuda.md` and `bench-cuda.json` under `$SPARSETIR_REPORT_DIR` (default
 `gpu-report/`). Without a GPU it writes the reason there and exits 0.
 
-`python -m bench.cuda_quick --host-overhead [--stub-copies]` needs no GPU: the host time of a
-repeated `sp.ops` call on device operands, in Numba's CUDA simulator with the kernel launches
-stubbed (`host_overhead` says exactly what is stubbed and what is timed).
+`python -m bench.cuda_quick --host-overhead` is `python -m bench.cuda_host` (no GPU needed): the
+host time of a repeated `sp.ops` call on device operands, the kernel launches stubbed.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -253,126 +250,6 @@ def write(out: Path, rows: list[dict], device: str, note: str = "") -> None:
     (out / "bench-cuda.md").write_text("\n".join(lines) + "\n")
 
 
-# -------------------------------------------------------------------- host overhead, launches stubbed
-#: `--host-overhead` cases: (name, op, format, with `out=`), all on Numba device arrays and a scipy A.
-HOST_CASES = (
-    ("spmm csr out=", "spmm", "csr", True),
-    ("spmm csr", "spmm", "csr", False),
-    ("sddmm csr", "sddmm", "csr", False),
-    ("spmm hyb out=", "spmm", "hyb", True),
-    ("sddmm hyb", "sddmm", "hyb", False),
-)
-
-
-def host_overhead(calls: int = 2000, rounds: int = 7, rows: int = 1024, per_row: int = 8, width: int = 32,
-                  cases=HOST_CASES, stub_copies: bool = False) -> list[dict]:  # fmt: skip
-    """Host microseconds per repeated `sp.ops` call on device operands, in Numba's CUDA simulator
-    with every kernel launch stubbed (no GPU needed).
-
-    Stubbed: the simulator's kernel launch, for our generated kernels and the runtime's helper
-    kernels (finiteness flag, device take) alike: its configuration (`kernel[grid, block]` returns
-    the kernel) and its run of the kernel's threads (`FakeCUDAKernel.__call__` does nothing).
-    Timed: everything before them (on a GPU, a prepared launch configures nothing per call). The
-    simulator's device arrays are numpy arrays, so an allocation or a host<->device copy costs
-    what numpy's does (a real GPU's allocation costs more, and a copy to the host waits for the
-    device). `stub_copies`: copies into existing device arrays (`copy_to_device`: a scipy A's
-    values, each call) do nothing either, leaving sparsetir_py's own Python work and the
-    simulator's allocations. A synthetic matrix (`rows` x `rows`, `per_row` random nonzeros a
-    row, not a shipped one) at width `width`; per case the median over `rounds` of `calls` calls
-    after three warm-up calls, and the host copies (`to_device`/`copy_to_device`, `copy_to_host`)
-    of one call. Runs under the simulator only (`NUMBA_ENABLE_CUDASIM=1` before numba is
-    imported: `main` starts a subprocess for it)."""
-    import scipy.sparse
-    from numba import config, cuda
-    from numba.cuda.simulator import kernel as sim_kernel
-    from numba.cuda.simulator.cudadrv import devicearray
-
-    import sparsetir_py as sp
-
-    if not config.ENABLE_CUDASIM:
-        raise RuntimeError("host_overhead runs in Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
-    rng = np.random.default_rng(0)
-    cols = rng.integers(0, rows, size=(rows, per_row)).reshape(-1)
-    values = rng.standard_normal(rows * per_row).astype(np.float32)
-    A = scipy.sparse.csr_matrix((values, cols, np.arange(rows + 1) * per_row), shape=(rows, rows))
-    A.sum_duplicates()
-    B = cuda.to_device(rng.standard_normal((rows, width)).astype(np.float32))
-    X = cuda.to_device(rng.standard_normal((rows, width)).astype(np.float32))
-    out = cuda.device_array((rows, width), np.float32)
-    counts = {"to_device": 0, "to_host": 0}
-
-    def counting(fn, what):
-        def wrapped(*args, **kwargs):
-            counts[what] += 1
-            return fn(*args, **kwargs)
-
-        return wrapped
-
-    array = devicearray.FakeCUDAArray
-    patches = [
-        (sim_kernel.FakeCUDAKernel, "__getitem__", lambda self, configuration: self),
-        (sim_kernel.FakeCUDAKernel, "__call__", lambda self, *args: None),
-        (cuda, "to_device", counting(cuda.to_device, "to_device")),
-        (
-            array,
-            "copy_to_device",
-            counting((lambda self, *a, **k: None) if stub_copies else array.copy_to_device, "to_device"),
-        ),
-        (array, "copy_to_host", counting(array.copy_to_host, "to_host")),
-    ]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, stub in patches:
-        setattr(owner, name, stub)
-    results = []
-    try:
-        for name, op, fmt, with_out in cases:
-            params = {"num_col_parts": 1} if fmt == "hyb" else {}
-            if op == "spmm":
-                outs = {"out": out} if with_out else {}
-                fn = functools.partial(sp.ops.spmm, A, B, format=fmt, target="cuda", **outs, **params)
-            else:
-                fn = functools.partial(sp.ops.sddmm, A, X, B, format=fmt, target="cuda", **params)
-            for _ in range(3):
-                fn()
-            counts.update(to_device=0, to_host=0)
-            fn()
-            copies = dict(counts)
-            times = []
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                times.append((time.perf_counter() - t0) / calls * 1e6)
-            results.append({"case": name, "us_per_call": round(statistics.median(times), 2),
-                            "min_us": round(min(times), 2), **copies})  # fmt: skip
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
-    return results
-
-
-def host_table(results: list[dict]) -> str:
-    lines = ["| case | host us/call (median) | min | to_device | to_host |", "|---|---|---|---|---|"]
-    lines += [f"| {r['case']} | {r['us_per_call']:.2f} | {r['min_us']:.2f} | {r['to_device']} | {r['to_host']} |"
-              for r in results]  # fmt: skip
-    return "\n".join(lines)
-
-
-def _host_main(args) -> int:
-    from numba import config
-
-    if not config.ENABLE_CUDASIM:
-        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-        argv = [sys.executable, "-m", "bench.cuda_quick", *sys.argv[1:]]
-        return subprocess.run(argv, env=env).returncode
-    results = host_overhead(args.calls, args.rounds, args.rows, args.per_row, args.width, stub_copies=args.stub_copies)
-    print(f"sp.ops on Numba device arrays, Numba's CUDA simulator, kernel launches stubbed; {args.rows} rows, "
-          f"{args.per_row} nonzeros a row, width {args.width}, {args.calls} calls x {args.rounds} rounds"
-          + (", copies into device arrays stubbed" if args.stub_copies else ""))  # fmt: skip
-    print(host_table(results))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.cuda_quick", description=__doc__.splitlines()[0])
     p.add_argument("--graphs", nargs="+", default=list(GRAPHS))
@@ -381,19 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--host-overhead",
         action="store_true",
-        help="host us per repeated sp.ops call, kernel launches stubbed, in the CUDA simulator (no GPU)",
+        help="host us per repeated sp.ops call, launches stubbed: `python -m bench.cuda_host` (no GPU needed)",
     )
-    p.add_argument(
-        "--stub-copies", action="store_true", help="with --host-overhead: copies into device arrays stubbed too"
-    )
-    p.add_argument("--calls", type=int, default=2000)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--rows", type=int, default=1024)
-    p.add_argument("--per-row", type=int, default=8)
-    p.add_argument("--width", type=int, default=32)
     args = p.parse_args(argv)
     if args.host_overhead:
-        return _host_main(args)
+        from . import cuda_host
+
+        return cuda_host.main([])
     out = Path(os.environ.get("SPARSETIR_REPORT_DIR") or "gpu-report")
     why = cuda_missing()
     if why is not None:

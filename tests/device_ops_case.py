@@ -372,20 +372,6 @@ def check_repeat_does_constant_host_work():
             setattr(module, name, original)
 
 
-def check_host_overhead_tool():
-    """`python -m bench.cuda_quick --host-overhead` (launches stubbed), a few calls: every case
-    runs, and a repeated CSR call copies only A's values."""
-    from bench import cuda_quick
-
-    results = cuda_quick.host_overhead(calls=3, rounds=1, rows=64, per_row=3, width=4)
-    assert [r["case"] for r in results] == [case[0] for case in cuda_quick.HOST_CASES], results
-    first = results[0]
-    # (It counts `copy_to_device` only, not the plain copy of A's values, `host_to_device`:
-    # `check_cuda_host_tool` counts both.)
-    assert first["us_per_call"] > 0 and first["to_device"] <= 1 and first["to_host"] == 0, first
-    assert "| spmm csr out= |" in cuda_quick.host_table(results)
-
-
 def check_cuda_host_tool():
     """`python -m bench.cuda_host` (launches stubbed), a few calls of the CSR cases on cora: each
     is timed, and a repeated call copies A's values to the device and nothing to the host."""
