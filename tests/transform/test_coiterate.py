@@ -76,17 +76,25 @@ def merged(mod) -> bool:
 _KERNELS: dict = {}
 
 
-def run_all(func, A, B, expected: np.ndarray) -> None:
-    """Stage I interpreter, Stage II loop interpreter and the compiled kernel all give `expected`."""
-    args = arguments(A, B)
+def outputs_of(func, args: dict, m: int) -> list[np.ndarray]:
+    """`c` from the Stage I interpreter, the loop interpreter on the lowered function and the
+    compiled CPU kernel (compiled once per script)."""
     mod = sp.lower_sparse_iter(func)
     key = func.script()
     if key not in _KERNELS:
         _KERNELS[key] = sp.compile(func)
+    outputs = []
     for run in (lambda c: sp.interpret(func, c=c, **args), lambda c: sp.interpret(mod, c=c, **args),
                 lambda c: _KERNELS[key](c=c, **args)):  # fmt: skip
-        c = np.full(A.shape[0], np.nan)
+        c = np.full(m, np.nan)
         run(c)
+        outputs.append(c)
+    return outputs
+
+
+def run_all(func, A, B, expected: np.ndarray) -> None:
+    """Stage I interpreter, Stage II loop interpreter and the compiled kernel all give `expected`."""
+    for c in outputs_of(func, arguments(A, B), A.shape[0]):
         np.testing.assert_allclose(c, expected, rtol=1e-10, atol=1e-12)
 
 
@@ -341,16 +349,7 @@ def operands_with_gaps(rng, count: int, dtypes: tuple[str, ...], idtypes: tuple[
 def check_kernel(func, args: dict, m: int, want: np.ndarray, dtype: str) -> None:
     """The Stage I interpreter, the loop interpreter on the lowered function and the compiled CPU
     kernel give the same `c`, which is `want` (numpy's, in float64) within `dtype`'s rounding."""
-    outputs = []
-    mod = sp.lower_sparse_iter(func)
-    key = func.script()
-    if key not in _KERNELS:
-        _KERNELS[key] = sp.compile(func)
-    for run in (lambda c: sp.interpret(func, c=c, **args), lambda c: sp.interpret(mod, c=c, **args),
-                lambda c: _KERNELS[key](c=c, **args)):  # fmt: skip
-        c = np.full(m, np.nan)
-        run(c)
-        outputs.append(c)
+    outputs = outputs_of(func, args, m)
     loose = {"rtol": 1e-5, "atol": 1e-6} if dtype == "float32" else {"rtol": 1e-10, "atol": 1e-12}
     np.testing.assert_allclose(outputs[0], want, **loose)
     for c in outputs[1:]:
