@@ -17,7 +17,9 @@ imported again; a Numba cache entry (`*.nbi` index, `*.nbc` data, in `__pycache_
 source or under `$NUMBA_CACHE_DIR`) that fails to load is removed and the kernel compiled again,
 and one that cannot be saved is skipped. Each repair emits one `CacheWarning` naming the file.
 Every write is a temporary file renamed into place, so concurrent processes filling the same
-cache never see a half-written file; a write that fails removes its temporary file.
+cache never see a half-written file; a write that fails removes its temporary file. Processes
+that need the same CPU kernel at once compile it in turn (an `flock` on `<kernel>.lock` beside
+its source, `guard_numba_cache`): the first compiles, the others load what it saved.
 
 A cache folder that cannot hold files (read-only, or a path through a file) is no failure either:
 the process keeps what it would have written in a private temporary folder instead (removed when
