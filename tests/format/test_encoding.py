@@ -411,14 +411,16 @@ def test_long_unary_minus_chains_and_sums_are_right():
 
 
 def _best_of(runs: int, fn) -> float:
-    """The least CPU time of `runs` calls (CPU time: other processes on the machine do not count)."""
+    """The least CPU time of `runs` calls on this thread: other processes, and the worker threads
+    of an earlier parallel kernel still spinning in this process, do not count (process time
+    counted them: 1.2 s for a 0.1 s parse once)."""
     import time
 
     best = float("inf")
     for _ in range(runs):
-        start = time.process_time()
+        start = time.thread_time()
         fn()
-        best = min(best, time.process_time() - start)
+        best = min(best, time.thread_time() - start)
     return best
 
 
@@ -462,7 +464,7 @@ def test_wide_sums_parse_fast():
     levels = ", ".join(f"d{k} : dense" for k in range(1000))
     text = E % f"({dims}) -> ({' + '.join(f'd{k}' for k in range(1000))} : compressed, {levels})"
     assert len(sp.parse_encoding(text).level_exprs[0].terms) == 1000
-    assert _best_of(1, lambda: sp.parse_encoding(text)) < 0.5
+    assert _best_of(2, lambda: sp.parse_encoding(text)) < 0.5
 
 
 @pytest.mark.parametrize(
