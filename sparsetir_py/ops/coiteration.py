@@ -32,7 +32,7 @@ costs more than it saves. `schedule=` names a schedule of
 
 On the CPU with dense workspaces `spgemm` runs in one pass (`kernels.spgemm_fused_script`: no
 symbolic pass; each row accumulated, ordered by a scan of the workspace, insertion sort or a
-counting sort, and written into room for its bound), where that room (`min(work, n + 1)`
+bitmap of its columns, and written into room for its bound), where that room (`min(work, n + 1)`
 entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric
 passes. The chunks write the result's own arrays (room for every row, of which only the pages
 written are faulted in) and the chunks after the first move down in place (`_move_chunks`):

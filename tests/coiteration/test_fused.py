@@ -1,8 +1,8 @@
 """The one-pass SpGEMM (`kernels.spgemm_work_script`, `spgemm_fused_script`,
 `compact_chunks_script`) and the host steps around it (`ops.coiteration._spgemm_fused`): the
 kernels against the loop interpreter, each row-ordering path (a scan of the workspace, insertion
-sort, the counting sort) against scipy, several chunks moved down in place, and the
-fallback to the two-pass product. Small matrices, one compile per kernel and dtype pair.
+sort, a bitmap read a word at a time or through a summary) against scipy, several chunks moved
+down in place, and the fallback to the two-pass product. Small matrices, one compile per kernel and dtype pair.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from sparsetir_py.ops.coiteration import spgemm
 
 def three_orders(idtype: str = "int32", dtype: str = "float32"):
     """A (7 x 5) and B (5 x 2000) whose product's rows take every ordering path: row 0 has 80
-    entries over 1980 columns (no branch on new columns, counting sort), row 1 has 10 over 900
+    entries over 1980 columns (no branch on new columns, a bitmap of its list), row 1 has 10 over 900
     (insertion sort), row 2 has 80 over 80 (a dense row: no list of columns, a scan of the
     workspace), row 3 is empty, row 4 is one row of B, row 5 sums three rows of B that may
-    overlap (counting sort), row 6 has 20 entries over 25 columns (a scan of the workspace)."""
+    overlap (a bitmap of its list), row 6 has 20 entries over 25 columns (a scan of the workspace)."""
     rng = np.random.default_rng(26)
     rows = [
         np.sort(rng.choice(np.arange(0, 2000, 20), 80, replace=False)),  # B row 0: 80 entries, wide
@@ -109,13 +109,13 @@ def test_every_row_order_against_scipy(threads, monkeypatch):
 
 
 @pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
-def test_bitmap_and_counting_sort_rows(idtype, dtype):
+def test_bitmap_rows(idtype, dtype):
     """Rows made to take the bitmap (more than BRANCHLESS_MIN multiply-adds, spread between
     BITMAP_MIN_SPREAD and BITMAP_MAX_SPREAD columns each, a row of B of more than
     BITMAP_MIN_WIDEST among them, bits in every position of a word of 32 and several words) and
-    the counting sort around it (a row of 60 entries over 1980 columns; ten rows of B with one set
-    of 40 columns over 700: too compressed for the bitmap; twenty rows of B of 24 columns: none
-    wide enough), against scipy and the loop interpreter."""
+    the bitmap set from the row's list around it (a row of 60 entries over 1980 columns; ten rows
+    of B with one set of 40 columns over 700: too compressed for the first; twenty rows of B of
+    24 columns: none wide enough), against scipy and the loop interpreter."""
     from sparsetir_py.coiteration import kernels
 
     limits = (kernels.BRANCHLESS_MIN, kernels.RADIX_MIN, kernels.BITMAP_MIN_SPREAD, kernels.BITMAP_MAX_SPREAD)
@@ -126,11 +126,11 @@ def test_bitmap_and_counting_sort_rows(idtype, dtype):
         np.sort(rng.choice(n, 80, replace=False)),  # 80 over ~2000: bitmap (2 <= 25 <= 32 per product)
         np.arange(0, 64) * 31,  # 64 entries over 1954 columns (as the next): bitmap with the row below
         np.arange(0, 64) * 31 + 3,
-        np.sort(rng.choice(np.arange(40, 1990), 60, replace=False)),  # alone: 60 products, counting sort
+        np.sort(rng.choice(np.arange(40, 1990), 60, replace=False)),  # alone: 60 products, bitmap of the list
         np.sort(rng.choice(np.arange(100, 800), 40, replace=False)),  # ten times: 400 products over ~700
     ]
     # Twenty rows of B of 24 columns over ~2000 (a 27-point stencil's shape): 480 products, whose
-    # widest row of B is under BITMAP_MIN_WIDEST: counting sort.
+    # widest row of B is under BITMAP_MIN_WIDEST: bitmap of the list.
     narrow = [np.sort(rng.choice(n, 24, replace=False)) for _ in range(20)]
     copies = len(rows) + 9
     dense_b = np.zeros((copies + len(narrow), n), bool)
@@ -147,23 +147,64 @@ def test_bitmap_and_counting_sort_rows(idtype, dtype):
     A = make_csr(pattern_a, rng.uniform(-1, 1, int(pattern_a.sum())), idtype, dtype)
     B = make_csr(dense_b, rng.uniform(-1, 1, int(dense_b.sum())), idtype, dtype)
     check_spgemm(A, B, threads=1)
+    fused_against_scipy(A, B, idtype, dtype)
+
+
+def fused_against_scipy(A, B, idtype: str, dtype: str) -> None:
+    """The fused kernel over all of A's rows in one chunk, compiled and interpreted (`run_both`):
+    each row's end and the sorted columns are scipy's."""
     m, k = A.shape
+    n = B.shape[1]
     names = {"idtype": idtype, "dtype": dtype}
-    bounds = np.array([0, m], np.int32)
     structure = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "m": m, "k": k, "n": n}
     work = np.diff(B.indptr)[A.indices]
     w_prefix = np.concatenate([[0], np.cumsum([work[A.indptr[i] : A.indptr[i + 1]].sum() for i in range(m)])])
     room = np.minimum(np.diff(w_prefix), n + 1)
     nnz_t = int(room.sum())
     fused_args = {**structure, "a_data": A.data, "b_data": B.data, "b_indices": B.indices,
-                  "t_start": np.array([0, nnz_t], np.int64), "w_prefix": w_prefix.astype(np.int64), "bounds": bounds,
-                  "parts": 1, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_t": nnz_t}  # fmt: skip
+                  "t_start": np.array([0, nnz_t], np.int64), "w_prefix": w_prefix.astype(np.int64),
+                  "bounds": np.array([0, m], np.int32), "parts": 1, "nnz_a": A.nnz, "nnz_b": B.nnz,
+                  "nnz_t": nnz_t}  # fmt: skip
     outputs = {"t_data": np.zeros(nnz_t, dtype), "t_indices": np.zeros(nnz_t, idtype), "c_end": np.zeros(m, idtype)}
     got = run_both("fused", names, fused_args, outputs)
     want = (A.astype(np.float64) @ B.astype(np.float64)).tocsr()
     want.sort_indices()
     np.testing.assert_array_equal(np.concatenate([[0], got["c_end"]]), want.indptr)
     np.testing.assert_array_equal(got["t_indices"][: want.nnz], want.indices)
+    np.testing.assert_allclose(got["t_data"][: want.nnz], want.data, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
+def test_wide_sparse_rows_read_off_a_summary(idtype, dtype):
+    """Rows of more than RADIX_MIN entries over more than 32 * BITMAP_WORDS_PER_ENTRY columns an
+    entry take the bitmap with a summary word per 1024 columns: entries on the first and last
+    bits of words and of summary groups, in every group of 8 (n = 8192), a row of B repeated
+    (duplicates), and rows of B of at most BITMAP_MIN_WIDEST entries (not R-MAT's bitmap).
+    Beside them, a row just under the bound (span 64 columns an entry: a word at a time)."""
+    from sparsetir_py.coiteration import kernels
+
+    assert (kernels.RADIX_MIN, kernels.BITMAP_WORDS_PER_ENTRY, kernels.BITMAP_MIN_WIDEST) == (32, 2, 32)
+    rng = np.random.default_rng(39)
+    n = 8192
+    edges = np.array([0, 31, 32, 1023, 1024, 2047, 4095, 4096, 8160, 8191])
+    rows = [
+        edges,  # 10 columns at word and group edges
+        np.sort(rng.choice(np.arange(1, n - 1), 30, replace=False)),  # 30 scattered
+        np.sort(rng.choice(np.arange(1, n - 1), 30, replace=False)),
+        np.arange(40) * 64 + 5,  # 40 columns over 2501: 62.5 an entry, word by word
+    ]
+    dense_b = np.zeros((len(rows), n), bool)
+    for i, cols in enumerate(rows):
+        dense_b[i, cols] = True
+    pattern_a = np.zeros((4, len(rows)), bool)
+    pattern_a[0, [0, 1, 2]] = True  # about 70 entries over 8191 columns: the summary
+    pattern_a[1, [0, 1]] = True  # 40 entries: the summary
+    pattern_a[2, 3] = True  # a row just under the bound
+    pattern_a[3, [0, 1, 2, 3]] = True  # 110 entries over 8191 columns, 100 products
+    A = make_csr(pattern_a, rng.uniform(-1, 1, int(pattern_a.sum())), idtype, dtype)
+    B = make_csr(dense_b, rng.uniform(-1, 1, int(dense_b.sum())), idtype, dtype)
+    check_spgemm(A, B, threads=1)
+    fused_against_scipy(A, B, idtype, dtype)
 
 
 def test_chunks_in_place(monkeypatch):
