@@ -687,9 +687,10 @@ SPGEMM_OPERANDS
                             # bit), the span's words scanned for set bits where they are at most two
                             # an entry, else a summary word of 32 bits per 32 words of the span says
                             # which words hold any (a wide, sparse row: R-MAT's, a ring graph's).
-                            # Against two counting-sort passes (one thread, paired): 27-point
-                            # stencil 1.3x, Watts-Strogatz 1.3-1.4x, 3-D geometric 1.15x, power-law
-                            # 1.15-1.2x faster; stiffness matrices and R-MAT even or faster.
+                            # Paired against two counting-sort passes, whole products on one
+                            # thread: 27-point stencil 1.85x, 2-D and 3-D meshes 1.2-1.5x, a
+                            # stiffness matrix 1.5x, Watts-Strogatz 1.2x faster; geometric,
+                            # Barabasi-Albert and Chung-Lu graphs within the noise (0.8-1.2x).
                             if hi[0] - lo[0] > T.IDX(BITMAP_WORDS_PER_ENTRY * 32) * T.IDX(top[0] - start[0]):
                                 for t in T.serial(top[0] - start[0]):
                                     jt: T.IDX = T_indices[start[0] + t]
