@@ -41,7 +41,7 @@ once per chunk, so no two threads share one and no row waits on an atomic.
   with no list of its columns at all, read off the workspace by a scan with no branch) and
   written one after the other into room for their
   bounds, each ordered by what costs least for its count and span (a scan of the workspace,
-  insertion sort up to `RADIX_MIN` entries, else a bitmap of its columns read a word at a
+  insertion sort up to `LONG_ROW_MIN` entries, else a bitmap of its columns read a word at a
   time, through a summary word per 1024 columns where the row is wide and sparse), the row's count
   recorded; then the chunks copied to their `indptr` positions. No symbolic pass: it costs a
   third to a half of the numeric pass, the copy of the result a few percent.
@@ -601,7 +601,7 @@ SPGEMM_OPERANDS
                                 hi[0] = T.max(hi[0], B_indices[B_indptr[kk + 1] - T.IDX(1)] + T.IDX(1))
                                 widest[0] = T.max(widest[0], B_indptr[kk + 1] - B_indptr[kk])
                     spread: T.float64 = T.float64(hi[0] - lo[0])
-                    if widest[0] > T.IDX(RADIX_MIN) and spread < SCAN_PER_ENTRY * T.float64(widest[0]):
+                    if widest[0] > T.IDX(LONG_ROW_MIN) and spread < SCAN_PER_ENTRY * T.float64(widest[0]):
                         # A dense row, read off the workspace whatever its count: accumulated with no
                         # list of its columns, then a scan of its span with no branch on the marks.
                         for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
@@ -659,11 +659,11 @@ SPGEMM_OPERANDS
                         span: T.float64 = T.float64(hi[0] - lo[0])
                         # A scan of the workspace where it costs less than ordering the entries. A short
                         # row's logarithm is taken only where the span is under SHORT_BOUND columns an
-                        # entry (log2(count + 1) is at most log2(RADIX_MIN + 1) there): most rows are
+                        # entry (log2(count + 1) is at most log2(LONG_ROW_MIN + 1) there): most rows are
                         # decided without it (on a mesh it cost a tenth of the row; pygsp_minnesota
                         # 0.24 -> 0.21 ms, its rows' spans are 15 columns per entry).
                         if span < T.if_then_else(
-                            count > T.float64(RADIX_MIN),
+                            count > T.float64(LONG_ROW_MIN),
                             SCAN_PER_ENTRY * count,
                             T.if_then_else(
                                 span < SHORT_BOUND * count,
@@ -681,7 +681,7 @@ SPGEMM_OPERANDS
                                 T_data[top[0]] = acc[lo[0] + j]
                                 acc[lo[0] + j] = T.VAL(0)
                                 top[0] = top[0] + T.int64(mark[lo[0] + j] == vi + 1)
-                        elif count > T.float64(RADIX_MIN):
+                        elif count > T.float64(LONG_ROW_MIN):
                             # Read off a bitmap of the row's columns, set from its list: a bit per
                             # column in words of 32 (in an int64: no arithmetic reaches the sign
                             # bit), the span's words scanned for set bits where they are at most two
@@ -691,15 +691,16 @@ SPGEMM_OPERANDS
                             # thread: 27-point stencil 1.85x, 2-D and 3-D meshes 1.2-1.5x, a
                             # stiffness matrix 1.5x, Watts-Strogatz 1.2x faster; geometric,
                             # Barabasi-Albert and Chung-Lu graphs within the noise (0.8-1.2x).
+                            for t in T.serial(top[0] - start[0]):
+                                jt: T.IDX = T_indices[start[0] + t]
+                                bits[jt // T.IDX(32)] = T.bitwise_or(
+                                    bits[jt // T.IDX(32)], T.shift_left(T.int64(1), T.int64(jt % T.IDX(32)))
+                                )
                             if hi[0] - lo[0] > T.IDX(BITMAP_WORDS_PER_ENTRY * 32) * T.IDX(top[0] - start[0]):
                                 for t in T.serial(top[0] - start[0]):
-                                    jt: T.IDX = T_indices[start[0] + t]
-                                    bits[jt // T.IDX(32)] = T.bitwise_or(
-                                        bits[jt // T.IDX(32)], T.shift_left(T.int64(1), T.int64(jt % T.IDX(32)))
-                                    )
-                                    summary[jt // T.IDX(1024)] = T.bitwise_or(
-                                        summary[jt // T.IDX(1024)],
-                                        T.shift_left(T.int64(1), T.int64((jt // T.IDX(32)) % T.IDX(32))),
+                                    js: T.IDX = T_indices[start[0] + t] // T.IDX(32)
+                                    summary[js // T.IDX(32)] = T.bitwise_or(
+                                        summary[js // T.IDX(32)], T.shift_left(T.int64(1), T.int64(js % T.IDX(32)))
                                     )
                                 top[0] = start[0]
                                 group: T.IDX = lo[0] // T.IDX(1024)
@@ -711,11 +712,6 @@ SPGEMM_OPERANDS
                                         sword[0] = T.bitwise_and(sword[0], sword[0] - T.int64(1))
                                         READ_BITS(wg)
                             else:
-                                for t in T.serial(top[0] - start[0]):
-                                    jt: T.IDX = T_indices[start[0] + t]
-                                    bits[jt // T.IDX(32)] = T.bitwise_or(
-                                        bits[jt // T.IDX(32)], T.shift_left(T.int64(1), T.int64(jt % T.IDX(32)))
-                                    )
                                 top[0] = start[0]
                                 firstw: T.IDX = lo[0] // T.IDX(32)
                                 for w in T.serial((hi[0] - T.IDX(1)) // T.IDX(32) - firstw + T.IDX(1)):
@@ -741,7 +737,7 @@ SPGEMM_OPERANDS
 
 #: Rows of more entries than this that are not read off the workspace are read off a bitmap of
 #: their columns (set from the row's list of new columns) instead of insertion sorted.
-RADIX_MIN = 32
+LONG_ROW_MIN = 32
 #: Such a row is read off the workspace instead where its span is under this many columns per
 #: entry: a scan step costs a fraction of a sorting step (measured against a counting sort:
 #: scanning wins on polblogs' rows, 4-30 columns per entry, and loses on R-MAT's, 40 and more).
@@ -750,7 +746,7 @@ SCAN_PER_ENTRY = 16
 #: 32 columns per entry, else through a summary word per 32 words (a wide sparse row would scan
 #: mostly empty words).
 BITMAP_WORDS_PER_ENTRY = 2
-#: A row of at most `RADIX_MIN` entries is read off the workspace (a scan of its span, with no
+#: A row of at most `LONG_ROW_MIN` entries is read off the workspace (a scan of its span, with no
 #: branch) where its span is under `INSERTION_COST * c * log2(c + 1)` columns, else insertion
 #: sorted (measured against 2 and 4: 1 was 1.2-1.4x faster on 4elt, even on meshes and R-MAT).
 INSERTION_COST = 1
@@ -792,9 +788,9 @@ def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
     source = source.replace("BITMAP_MAX_SPREAD", str(BITMAP_MAX_SPREAD))
     source = source.replace("BITMAP_MIN_WIDEST", str(BITMAP_MIN_WIDEST))
     source = source.replace("BITMAP_WORDS_PER_ENTRY", str(BITMAP_WORDS_PER_ENTRY))
-    short = math.log2(RADIX_MIN + 1) * INSERTION_COST * (1 + 1e-9)
+    short = math.log2(LONG_ROW_MIN + 1) * INSERTION_COST * (1 + 1e-9)
     source = source.replace("SHORT_BOUND", f"T.float64({short!r})")
-    return _HEADER + source.replace("RADIX_MIN", str(RADIX_MIN))
+    return _HEADER + source.replace("LONG_ROW_MIN", str(LONG_ROW_MIN))
 
 
 COMPACT_CHUNKS = """

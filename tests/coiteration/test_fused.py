@@ -118,7 +118,7 @@ def test_bitmap_rows(idtype, dtype):
     24 columns: none wide enough), against scipy and the loop interpreter."""
     from sparsetir_py.coiteration import kernels
 
-    limits = (kernels.BRANCHLESS_MIN, kernels.RADIX_MIN, kernels.BITMAP_MIN_SPREAD, kernels.BITMAP_MAX_SPREAD)
+    limits = (kernels.BRANCHLESS_MIN, kernels.LONG_ROW_MIN, kernels.BITMAP_MIN_SPREAD, kernels.BITMAP_MAX_SPREAD)
     assert limits == (64, 32, 2, 32) and kernels.BITMAP_MIN_WIDEST == 32
     rng = np.random.default_rng(35)
     n = 2000
@@ -176,14 +176,14 @@ def fused_against_scipy(A, B, idtype: str, dtype: str) -> None:
 
 @pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
 def test_wide_sparse_rows_read_off_a_summary(idtype, dtype):
-    """Rows of more than RADIX_MIN entries over more than 32 * BITMAP_WORDS_PER_ENTRY columns an
+    """Rows of more than LONG_ROW_MIN entries over more than 32 * BITMAP_WORDS_PER_ENTRY columns an
     entry take the bitmap with a summary word per 1024 columns: entries on the first and last
     bits of words and of summary groups, in every group of 8 (n = 8192), a row of B repeated
     (duplicates), and rows of B of at most BITMAP_MIN_WIDEST entries (not R-MAT's bitmap).
     Beside them, a row just under the bound (span 64 columns an entry: a word at a time)."""
     from sparsetir_py.coiteration import kernels
 
-    assert (kernels.RADIX_MIN, kernels.BITMAP_WORDS_PER_ENTRY, kernels.BITMAP_MIN_WIDEST) == (32, 2, 32)
+    assert (kernels.LONG_ROW_MIN, kernels.BITMAP_WORDS_PER_ENTRY, kernels.BITMAP_MIN_WIDEST) == (32, 2, 32)
     rng = np.random.default_rng(39)
     n = 8192
     edges = np.array([0, 31, 32, 1023, 1024, 2047, 4095, 4096, 8160, 8191])
