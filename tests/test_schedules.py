@@ -149,6 +149,11 @@ def test_cuda_schedules_compile_to_ptx(op, name):
         ptx = kernel.ptx(cc=(8, 0))
         assert ptx.count("shfl.sync.down") == 5 and ".local" not in ptx
         assert "C_rf = np.float32(0.0)  # local register" in kernel.source
+    if name == "csr_cuda_rows_coarse":
+        # Width 64: a warp a row (two features a thread, 32 threads), four rows a block; the two
+        # accumulators are registers (their `local` index `& 1` folds to a constant), no local memory.
+        assert "C_local = cuda.local.array(2, numba.float32)" in kernel.source and "& 1)]" in kernel.source
+        assert ".local" not in kernel.ptx(cc=(8, 0)) and kernel.resources.threads_per_block == 128
     if name == "csr_cuda_rows_register":
         # A feature a thread, the row's sum in a register (compacted C_local), no local memory.
         assert "C_local = np.float32(0.0)  # local register" in kernel.source

@@ -18,7 +18,8 @@ Schedule primitives size their buffers for their whole scope: `rfactor` makes `C
   becomes `C_rf[0]`, a register, when `vi_j` and `vk_inner` are thread indices). Where one
   term of an index mixes fixed and varying loops (a cache block's `v0 = bx * 4 + i_inner`: the
   block may not name `bx`), the access becomes `idx mod D - s` with `D` dividing the region's
-  start (`A_shared[(v1 + v0 * 128) % 512]`), when that maps the region one to one.
+  start (`A_shared[((v1 + v0 * 128) & 511)]`: for a power of two the modulus is written as a
+  mask, which LLVM folds), when that maps the region one to one.
 - On CUDA, a function-level `local` buffer (scratch the runtime would allocate in global memory
   and zero-fill) moves into the kernel as a `local` allocation around the body, zero-filled by
   each thread, when the regions of different threads provably do not overlap (so no thread
@@ -496,7 +497,14 @@ def _modular(idx: PrimExpr, ref: PrimExpr, lo_c: int, extent: int) -> PrimExpr:
     if start + extent > divisor:
         raise _Unsure("the window wraps modulo the start's stride")
     dtype = idx.dtype
-    wrapped = mk.binop("%", idx, IntImm(divisor, dtype))
+    if divisor & (divisor - 1) == 0:
+        # `idx & (D - 1)`: the same floored modulus for a power of two D, negative idx included,
+        # which LLVM folds to the constant offset once the varying loop is unrolled (the fixed
+        # terms' low bits are known zeros); its `%` (Python's floored modulus on signed integers)
+        # it does not, and a CUDA `local` buffer so indexed stays in local memory, not registers.
+        wrapped = Call("bitwise_and", (idx, IntImm(divisor - 1, dtype)), dtype)
+    else:
+        wrapped = mk.binop("%", idx, IntImm(divisor, dtype))
     return wrapped if start == 0 else mk.sub(wrapped, IntImm(start, dtype))
 
 
