@@ -152,8 +152,8 @@ def csr_cuda_rows_coarse(sch: Schedule, per_thread: int = 4, block_threads: int 
 
     Measured on an H200 (kernel time, device-resident operands; `python -m bench.cuda_probe`),
     against `csr_cuda_rows_register` at widths 32 / 128 / 512: a uniform graph of 200k rows and
-    2M nonzeros 0.154 / 0.268 / 0.98 ms vs 0.172 / 0.596 / 2.43 (torch.sparse.mm 0.195 / 0.333 /
-    1.26); a power-law one of 100k rows and 1.8M nonzeros 0.42 / 1.01 / 1.51 vs 0.61 / 0.99 /
+    2M nonzeros 0.155 / 0.265 / 0.98 ms vs 0.172 / 0.596 / 2.43 (torch.sparse.mm 0.195 / 0.333 /
+    1.26); a power-law one of 100k rows and 1.8M nonzeros 0.43 / 1.01 / 1.51 vs 0.61 / 0.99 /
     2.16 (torch 0.14 / 0.21 / 0.79: long rows want more threads a row, at 128 one feature a
     thread gave 0.72); pubmed 0.024 / 0.041 / 0.069 vs 0.033 / 0.046 / 0.141."""
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
