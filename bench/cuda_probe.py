@@ -258,6 +258,11 @@ def ours(op: str, A, dev: dict, W: int) -> dict:
             schedules[f"csr_cuda_rows_coarse_c{per}"] = functools.partial(module.csr_cuda_rows_coarse, per_thread=per)
         schedules["csr_cuda_rows_coarse_c4_b128"] = functools.partial(module.csr_cuda_rows_coarse, block_threads=128)
         schedules["csr_cuda_rows_coarse_c4_b512"] = functools.partial(module.csr_cuda_rows_coarse, block_threads=512)
+        for per in (1, 4):
+            for unroll in (2, 8):
+                schedules[f"csr_cuda_rows_coarse_c{per}_u{unroll}"] = functools.partial(
+                    module.csr_cuda_rows_coarse, per_thread=per, unroll_nonzeros=unroll
+                )
     for name, fn in schedules.items():
         if not name.startswith("csr_cuda") or (ONLY and not any(("ours:" + name).startswith(o) for o in ONLY)):
             continue

@@ -139,7 +139,13 @@ def csr_cuda_rows_register(sch: Schedule, max_threads: int = 1024) -> None:
     sch.bind(k, "threadIdx.x")
 
 
-def csr_cuda_rows_coarse(sch: Schedule, per_thread: int = 4, block_threads: int = 128, max_threads: int = 1024) -> None:
+def csr_cuda_rows_coarse(
+    sch: Schedule,
+    per_thread: int = 4,
+    block_threads: int = 128,
+    max_threads: int = 1024,
+    unroll_nonzeros: int | None = None,
+) -> None:
     """Several rows per thread block (`threadIdx.y`), each row's features over `width /
     per_thread` threads (`threadIdx.x`, at least a warp), every thread summing `per_thread`
     consecutive features in registers: the nonzero's column and value are loaded once for
@@ -155,7 +161,12 @@ def csr_cuda_rows_coarse(sch: Schedule, per_thread: int = 4, block_threads: int 
     2M nonzeros 0.155 / 0.265 / 0.98 ms vs 0.172 / 0.596 / 2.43 (torch.sparse.mm 0.195 / 0.333 /
     1.26); a power-law one of 100k rows and 1.8M nonzeros 0.43 / 1.01 / 1.51 vs 0.61 / 0.99 /
     2.16 (torch 0.14 / 0.21 / 0.79: long rows want more threads a row, at 128 one feature a
-    thread gave 0.72); pubmed 0.024 / 0.041 / 0.069 vs 0.033 / 0.046 / 0.141."""
+    thread gave 0.72); pubmed 0.024 / 0.041 / 0.069 vs 0.033 / 0.046 / 0.141.
+
+    `unroll_nonzeros=U` splits the row's nonzeros by U and unrolls the chunk (each copy guarded),
+    so that a thread issues the loads of U nonzeros before their adds: a long row is a chain of
+    dependent iterations, one memory latency each, which bounds the power-law graph above (its
+    longest row has 3408 nonzeros). Not yet timed on a GPU (`csr_cuda_rows_coarse_u4`)."""
     (i,) = sch.get_loops(sch.get_block("csrmm0"))
     block = sch.get_block("csrmm1")
     j, k = sch.get_loops(block)
@@ -173,6 +184,9 @@ def csr_cuda_rows_coarse(sch: Schedule, per_thread: int = 4, block_threads: int 
     sch.decompose_reduction(block, j)
     write = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write, k_thread)
+    if unroll_nonzeros:
+        _, j_copy = sch.split(j, [None, unroll_nonzeros])
+        sch.unroll(j_copy)
     rows = max(1, block_threads // threads)
     if rows > 1:
         i_block, i_thread = sch.split(i, [None, rows])
@@ -181,6 +195,11 @@ def csr_cuda_rows_coarse(sch: Schedule, per_thread: int = 4, block_threads: int 
     else:
         sch.bind(i, "blockIdx.x")
     sch.bind(k_thread, "threadIdx.x")
+
+
+def csr_cuda_rows_coarse_u4(sch: Schedule) -> None:
+    """`csr_cuda_rows_coarse` with the row's nonzeros unrolled by 4 (`unroll_nonzeros=4`)."""
+    csr_cuda_rows_coarse(sch, unroll_nonzeros=4)
 
 
 def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
@@ -249,6 +268,7 @@ SCHEDULES = {
     "csr_cuda_nnz_split": csr_cuda_nnz_split,
     "csr_cuda_rows_register": csr_cuda_rows_register,
     "csr_cuda_rows_coarse": csr_cuda_rows_coarse,
+    "csr_cuda_rows_coarse_u4": csr_cuda_rows_coarse_u4,
     "hyb_cpu": hyb_cpu,
     "hyb_cuda": hyb_cuda,
 }
