@@ -99,6 +99,9 @@ class Match:
     operands: Mapping[str, PrimExpr]
     guarded: bool
     init_value: PrimExpr | None = None
+    #: the rest of the block's predicate, where the implementation takes it (`lifts_predicate`):
+    #: then the block runs unpredicated and the implementation applies it itself
+    predicate: PrimExpr | None = None
 
     @property
     def dtype(self) -> str:
@@ -141,6 +144,9 @@ class IntrinImpl:
     target: str
     build: Callable[[Match], Stmt]
     check: Callable[[PrimFunc, Match], None] | None = None
+    #: whether `build` applies the block's predicate itself (`Match.predicate`): a shuffle of a
+    #: group smaller than a warp must run in every lane, also where a group's element is past the end
+    lifts_predicate: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,11 @@ def warp_sum_{width}(acc: T.handle, term: T.handle):
 
 def _warp_sum_cuda(m: Match) -> Stmt:
     """The loop bound to `threadIdx.x`: a term per lane, a shuffle tree, lane 0 accumulates.
+    `warp_sum_8` / `warp_sum_16` do the same in groups of 8 / 16 lanes of a warp (`threadIdx.x`
+    of that extent, so a group is one `threadIdx.y` row): the tree starts at half the group, lane
+    0 of a group reads only lanes of its group, and the block's predicate (an element past the
+    end, which differs between the groups of one warp) selects the term and guards the store
+    instead of skipping the shuffles: every lane of the warp runs them, as a full mask requires.
 
     for k_inner in T.thread_binding(32, thread="threadIdx.x"):
         red_buf = T.allocate((1,), "float32", "local")
@@ -220,26 +231,35 @@ def _warp_sum_cuda(m: Match) -> Stmt:
     red = FlatBuffer("red_buf", (IntImm(1, "int32"),), m.dtype, scope="local")
     first = IntImm(0, "int32")
     value = BufferLoad(red, (first,))
-    stmts: list[Stmt] = [BufferStore(red, (first,), m.guard(lane, m.operand("TERM", lane)))]
-    delta = WARP_SIZE // 2
+    term = m.guard(lane, m.operand("TERM", lane))
+    if m.predicate is not None:
+        term = Select(m.predicate, term, zero(term.dtype))
+    stmts: list[Stmt] = [BufferStore(red, (first,), term)]
+    delta = m.width // 2
     while delta >= 1:
         shuffled = Call("shfl_down_sync", (FULL_MASK, value, IntImm(delta, "int32")), m.dtype)
         stmts.append(BufferStore(red, (first,), value + shuffled))
         delta //= 2
-    stmts.append(IfThenElse(mk.cmp("==", lane, IntImm(0, lane.dtype)), m.accumulate(value)))
+    leader = mk.cmp("==", lane, IntImm(0, lane.dtype))
+    if m.predicate is not None:
+        leader = mk.conjunction([leader, m.predicate])
+    stmts.append(IfThenElse(leader, m.accumulate(value)))
     body = Allocate(red, seq(*stmts))
-    return For(lane, IntImm(0, lane.dtype), IntImm(WARP_SIZE, lane.dtype), "thread_binding", body, "threadIdx.x")
+    return For(lane, IntImm(0, lane.dtype), IntImm(m.width, lane.dtype), "thread_binding", body, "threadIdx.x")
 
 
 def _check_warp(func: PrimFunc, m: Match) -> None:
     """The lanes must be whole warps: no enclosing `threadIdx.x` loop, and every other loop bound
     to `threadIdx.x` spans whole warps (so a block's warps are its `threadIdx.y`/`z` rows)."""
-    for loop in _enclosing_loops(func.body, m.loop):
+    enclosing = _enclosing_loops(func.body, m.loop)
+    for loop in enclosing:
         if loop.thread == "threadIdx.x":
             raise ScheduleError(
                 f"in `tensorize`: expected no enclosing loop bound to threadIdx.x (the intrinsic binds its lanes to "
                 f"it), but `{m.loop.loop_var.name}` is inside `{loop.loop_var.name}`"
             )
+    if m.width != WARP_SIZE:
+        return _check_warp_groups(m, enclosing)
     for n in walk(func.body):
         if not (isinstance(n, For) and n.thread == "threadIdx.x"):
             continue
@@ -248,6 +268,29 @@ def _check_warp(func: PrimFunc, m: Match) -> None:
                 f"in `tensorize`: expected every loop bound to threadIdx.x to span whole warps (a constant multiple "
                 f"of {WARP_SIZE}), but `{n.loop_var.name}` has extent {_show(n.extent)}"
             )
+
+
+def _check_warp_groups(m: Match, enclosing: list[For]) -> None:
+    """Groups of `m.width` lanes (8 or 16): in the launch's own nest (the top-level loop around
+    the lanes; other nests launch apart) every loop bound to `threadIdx.x` has the group's extent,
+    so lanes `x + width * y` make a group of each `threadIdx.y` row, aligned in its warp; the
+    enclosing `threadIdx.y`/`z` loops make whole warps (a full-mask shuffle names 32 lanes)."""
+    group = m.width
+    for n in walk(enclosing[0] if enclosing else m.loop):
+        if isinstance(n, For) and n.thread == "threadIdx.x" and n.extent != IntImm(group, n.extent.dtype):
+            raise ScheduleError(
+                f"in `tensorize`: expected every loop bound to threadIdx.x in the launch of `warp_sum_{group}` to have "
+                f"its {group} lanes, but `{n.loop_var.name}` has extent {_show(n.extent)}"
+            )
+    rows = 1
+    for loop in enclosing:
+        if loop.thread in ("threadIdx.y", "threadIdx.z"):
+            rows *= loop.extent.value if isinstance(loop.extent, IntImm) else 0
+    if rows == 0 or (rows * group) % WARP_SIZE:
+        raise ScheduleError(
+            f"in `tensorize`: expected the threadIdx.y/z loops around `warp_sum_{group}` to make whole warps "
+            f"({group} lanes times their extents a multiple of {WARP_SIZE}), but they make {rows} row(s) of {group}"
+        )
 
 
 def _enclosing_loops(root: Stmt, target: Stmt) -> list[For]:
@@ -361,15 +404,16 @@ def tensor_intrins() -> dict[str, TensorIntrin]:
     return dict(_REGISTRY)
 
 
-register_tensor_intrin(
-    TensorIntrin(
-        "warp_sum_32",
-        WARP_SIZE,
-        ("float32", "float64", "int32", "int64"),
-        WARP_SUM_DESCRIPTION,
-        {"cuda": IntrinImpl("cuda", _warp_sum_cuda, _check_warp)},
+for _lanes in (8, 16, WARP_SIZE):
+    register_tensor_intrin(
+        TensorIntrin(
+            f"warp_sum_{_lanes}",
+            _lanes,
+            ("float32", "float64", "int32", "int64"),
+            WARP_SUM_DESCRIPTION,
+            {"cuda": IntrinImpl("cuda", _warp_sum_cuda, _check_warp, lifts_predicate=_lanes != WARP_SIZE)},
+        )
     )
-)
 for _width in (2, 3, 4, 6, 8, 16):
     register_tensor_intrin(
         TensorIntrin(

@@ -19,7 +19,7 @@ from ..ir.expr import BinOp, BufferLoad, FloatImm, IntImm, PrimExpr, Var
 from ..ir.func import PrimFunc
 from ..ir.printer import ScriptPrinter
 from ..ir.stmt import Block, BufferStore, For, IterVar, seq
-from ..ir.visit import walk
+from ..ir.visit import map_children, walk
 from ..transform.region import block_regions
 from .handles import BlockRV, LoopRV
 from .intrinsics import Match, TensorIntrin, get_tensor_intrin
@@ -122,6 +122,10 @@ def tensorize(func: PrimFunc, loop: Var | str, intrin_name: str, target: str | N
     iter_vars = [m.outer_iter if iv is lane_iter else iv for iv in block.iter_vars]
     iter_vars = [iv for iv in iter_vars if iv is not None]
     predicate = mk.conjunction([c for c in mk.conjuncts(block.predicate) if not _uses(c, m.loop.loop_var)])
+    if impl.lifts_predicate and predicate is not None:
+        # The implementation applies it inside the block: in terms of the block's iterators.
+        m = dataclasses.replace(m, predicate=_in_block_terms(predicate, iter_vars, func, m.loop, intrin_name))
+        predicate = None
     init = block.init
     if init is None or any(iv.kind == "R" for iv in iter_vars):
         body = impl.build(m)
@@ -138,6 +142,35 @@ def tensorize(func: PrimFunc, loop: Var | str, intrin_name: str, target: str | N
     reads, writes = block_regions(new)
     new = new.replace(reads=reads, writes=writes)
     return replace_loop(func, m.loop.loop_var, lambda _: new)
+
+
+def _in_block_terms(predicate: PrimExpr, iter_vars: list[IterVar], func: PrimFunc, loop: For, name: str) -> PrimExpr:
+    """`predicate` (over the loops around the block) with each iterator's binding replaced by the
+    iterator (`i_outer * 16 + i_inner < nnz` -> `vi < nnz`); `ScheduleError` where a loop
+    variable remains (the block may not read loops outside it)."""
+    bindings = [(iv.value, iv.var) for iv in iter_vars]
+
+    def rewrite(node):
+        for value, var in bindings:
+            if node == value:
+                return var
+        return map_children(node, rewrite)
+
+    lifted = rewrite(predicate)
+    outside = {lp.loop_var for lp in _loops_around(func.body, loop)}
+    left = sorted({v.name for v in walk(lifted) if isinstance(v, Var) and v in outside})
+    if left:
+        raise ScheduleError(
+            f"in `tensorize`: `{name}` applies the block's predicate inside the block, but {_show(predicate)} uses "
+            f"loop(s) {', '.join(left)} that no block iterator is bound to"
+        )
+    return lifted
+
+
+def _loops_around(root, target: For) -> list[For]:
+    from .intrinsics import _enclosing_loops
+
+    return _enclosing_loops(root, target)
 
 
 # -------------------------------------------------------------------- matching

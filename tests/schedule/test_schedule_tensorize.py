@@ -371,6 +371,41 @@ def test_warp_sum_row_sum_schedule():
     assert [iv.var.name for iv in block.iter_vars] == ["vj_o"]
 
 
+def test_warp_sum_groups_of_8_lanes():
+    """`warp_sum_8` (`csr_cuda_fused_rfactor_lanes8`): a shuffle tree of three steps (4, 2, 1), the
+    block's predicate applied inside it (the term selected, the store guarded) rather than around
+    it, and `shfl.sync.down` in the PTX without local memory."""
+    from schedules import sddmm as sddmm_schedules
+
+    kernel = sp.compile(
+        sddmm_script(), "cuda", schedule=sddmm_schedules.csr_cuda_fused_rfactor_lanes8, specialize={"feat": 32}
+    )
+    src = kernel.source
+    assert [f"red_buf, {d})" in src for d in (16, 8, 4, 2, 1)] == [False, False, True, True, True]
+    assert "red_buf = C_rf if vi_j_1 < np.int32(nnz) else np.float32(0.0)" in src
+    assert "if ax1 == 0 and vi_j_1 < np.int32(nnz):" in src
+    ptx = kernel.ptx(cc=(8, 0))
+    assert ptx.count("shfl.sync.down") == 3 and ".local" not in ptx
+
+
+@pytest.mark.parametrize(
+    "lanes,nnz_per_block,message",
+    [
+        (8, 2, "make whole warps"),  # 2 nonzeros of 8 lanes: 16 threads, half a warp
+        (16, 1, "make whole warps"),
+    ],
+)
+def test_warp_sum_groups_must_fill_warps(lanes, nnz_per_block, message):
+    from schedules import sddmm as sddmm_schedules
+
+    def schedule(sch):
+        sddmm_schedules.csr_cuda_fused_rfactor(sch, nnz_per_block=nnz_per_block, lanes=lanes)
+
+    schedule.stage1 = sddmm_schedules.csr_cuda_fused_rfactor.stage1
+    with pytest.raises(sp.ScheduleError, match=message):
+        sp.compile(sddmm_script(), "cuda", schedule=schedule, specialize={"feat": 32})
+
+
 def test_warp_sum_on_cpu_is_a_codegen_error():
     sch, _ = warp_sddmm_module()
     with pytest.raises(sp.CodegenError, match="shfl_down_sync"):

@@ -160,6 +160,26 @@ def _row_sum() -> None:
     np.testing.assert_allclose(kwargs["b"], case.reference(A, kwargs)["b"], rtol=1e-5, atol=1e-4)
 
 
+@check("sddmm/groups_of_8_lanes_past_the_end")
+def _sddmm_groups() -> None:
+    """`csr_cuda_fused_rfactor_lanes8`: 8 lanes a nonzero, 16 nonzeros a block (four to a warp).
+    With nnz = 4k + 1 the last warp holds one real nonzero and three past the end: every lane must
+    still run the shuffles (the emulation raises when a lane of the warp does not arrive), and
+    only the real nonzero is written."""
+    import sparsetir_py as sp
+    from schedules import sddmm as sddmm_schedules
+    from sparsetir_py.ops import sddmm_script
+
+    sys.path.insert(0, str(HERE.parent.parent))
+    schedule = sddmm_schedules.SCHEDULES["csr_cuda_fused_rfactor_lanes8"]
+    for feat, A in ((32, _csr(5, 6, 0.5, 11)), (20, _csr(3, 3, 0.4, 14))):
+        assert A.nnz % 4 != 0, A.nnz
+        kernel = sp.compile(sddmm_script(), "cuda", schedule=schedule, specialize={"feat": feat})
+        assert "shfl_down_sync(4294967295, red_buf, 4)" in kernel.source
+        assert "shfl_down_sync(4294967295, red_buf, 16)" not in kernel.source
+        _run_sddmm(kernel, A, feat, 4, pass_feat=False)
+
+
 SHUFFLE = """
 from sparsetir_py import script as T
 
