@@ -24,7 +24,6 @@ import contextlib
 import functools
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -38,6 +37,7 @@ import sparsetir_py  # noqa: F401  (its compat shims, numpy 2.5 with numba-cuda 
 
 WIDTHS = (32, 128, 512)
 ONLY: list = []
+XOR_STEPS = (16, 8, 4, 2, 1)  # an xor butterfly over a warp's 32 lanes
 OPS: list = ["spmm", "sddmm"]
 GRAPHS = ("powerlaw-1.5M", "uniform-2M", "pubmed", "cora", "ca-CondMat")
 
@@ -78,17 +78,11 @@ def load(name: str) -> scipy.sparse.csr_matrix:
 
 # ------------------------------------------------------------------ timing
 def timed(fn, batch: int) -> dict:
+    """`single` (median of 9 one-call event times, after 2 warm-up calls), `batched` (the least
+    of 3 event times around `batch` calls, over `batch`), `host_us` (wall time a call, not waited)."""
+    from .cuda_quick import event_median
 
-    fn()
-    cuda.synchronize()
-    singles = []
-    for _ in range(9):
-        s, e = cuda.event(), cuda.event()
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        singles.append(s.elapsed_time(e))
+    single = event_median(fn, 9)
     batched = []
     for _ in range(3):
         s, e = cuda.event(), cuda.event()
@@ -103,7 +97,7 @@ def timed(fn, batch: int) -> dict:
         fn()
     host = (time.perf_counter() - t0) / batch * 1e6
     cuda.synchronize()
-    return {"single": statistics.median(singles), "batched": min(batched), "host_us": host}
+    return {"single": single, "batched": min(batched), "host_us": host}
 
 
 # ------------------------------------------------------------------ hand-written kernels
@@ -187,11 +181,8 @@ def reference_kernels(W: int) -> dict:
             s = float32(0)
             for t in range(T):
                 s += x[t] * Y[c, t * 32 + lane]
-            s += cuda.shfl_xor_sync(0xFFFFFFFF, s, 16)
-            s += cuda.shfl_xor_sync(0xFFFFFFFF, s, 8)
-            s += cuda.shfl_xor_sync(0xFFFFFFFF, s, 4)
-            s += cuda.shfl_xor_sync(0xFFFFFFFF, s, 2)
-            s += cuda.shfl_xor_sync(0xFFFFFFFF, s, 1)
+            for d in XOR_STEPS:  # the warp's sum in every lane
+                s += cuda.shfl_xor_sync(0xFFFFFFFF, s, d)
             if lane == 0:
                 out[p] = s * data[p]
 
@@ -217,11 +208,8 @@ def reference_kernels(W: int) -> dict:
                         s[u] += x[t] * Y[c, t * 32 + lane]
             for u in range(4):
                 v = s[u]
-                v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 16)
-                v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 8)
-                v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 4)
-                v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 2)
-                v += cuda.shfl_xor_sync(0xFFFFFFFF, v, 1)
+                for d in XOR_STEPS:
+                    v += cuda.shfl_xor_sync(0xFFFFFFFF, v, d)
                 if lane == u and base + u < end:
                     out[base + u] = v * data[base + u]
 
