@@ -56,6 +56,7 @@ __all__ = [
     "IntrinImpl",
     "Match",
     "TensorIntrin",
+    "enclosing_loops",
     "get_tensor_intrin",
     "register_tensor_intrin",
     "tensor_intrins",
@@ -251,7 +252,7 @@ def _warp_sum_cuda(m: Match) -> Stmt:
 def _check_warp(func: PrimFunc, m: Match) -> None:
     """The lanes must be whole warps: no enclosing `threadIdx.x` loop, and every other loop bound
     to `threadIdx.x` spans whole warps (so a block's warps are its `threadIdx.y`/`z` rows)."""
-    enclosing = _enclosing_loops(func.body, m.loop)
+    enclosing = enclosing_loops(func.body, m.loop)
     for loop in enclosing:
         if loop.thread == "threadIdx.x":
             raise ScheduleError(
@@ -293,7 +294,7 @@ def _check_warp_groups(m: Match, enclosing: list[For]) -> None:
         )
 
 
-def _enclosing_loops(root: Stmt, target: Stmt) -> list[For]:
+def enclosing_loops(root: Stmt, target: Stmt) -> list[For]:
     """The loops on the path from `root` down to `target`, outermost first."""
     path: list[For] = []
 

@@ -22,7 +22,7 @@ from ..ir.stmt import Block, BufferStore, For, IterVar, seq
 from ..ir.visit import map_children, walk
 from ..transform.region import block_regions
 from .handles import BlockRV, LoopRV
-from .intrinsics import Match, TensorIntrin, get_tensor_intrin
+from .intrinsics import Match, TensorIntrin, enclosing_loops, get_tensor_intrin
 from .state import find_loop, loops_of, replace_loop
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def _in_block_terms(predicate: PrimExpr, iter_vars: list[IterVar], func: PrimFun
         return map_children(node, rewrite)
 
     lifted = rewrite(predicate)
-    outside = {lp.loop_var for lp in _loops_around(func.body, loop)}
+    outside = {lp.loop_var for lp in enclosing_loops(func.body, loop)}
     left = sorted({v.name for v in walk(lifted) if isinstance(v, Var) and v in outside})
     if left:
         raise ScheduleError(
@@ -165,12 +165,6 @@ def _in_block_terms(predicate: PrimExpr, iter_vars: list[IterVar], func: PrimFun
             f"loop(s) {', '.join(left)} that no block iterator is bound to"
         )
     return lifted
-
-
-def _loops_around(root, target: For) -> list[For]:
-    from .intrinsics import _enclosing_loops
-
-    return _enclosing_loops(root, target)
 
 
 # -------------------------------------------------------------------- matching
