@@ -406,6 +406,54 @@ def test_warp_sum_groups_must_fill_warps(lanes, nnz_per_block, message):
         sp.compile(sddmm_script(), "cuda", schedule=schedule, specialize={"feat": 32})
 
 
+ROWDOT_GROUPS = """
+from sparsetir_py import script as T
+
+
+@T.prim_func
+def rowdot_groups(a: T.handle, b: T.handle, c: T.handle, d: T.handle, n: T.int32):
+    T.func_attr({"stage": 2})
+    A = T.match_buffer(a, (n * 4, 32), "float32")
+    B = T.match_buffer(b, (32,), "float32")
+    C = T.match_buffer(c, (n * 4,), "float32")
+    D = T.match_buffer(d, (n * 4, 32), "float32")
+    for bx in T.thread_binding(n, thread="blockIdx.x"):
+        for y in T.thread_binding(4, thread="threadIdx.y"):
+            for x in T.thread_binding(COPY_LANES, thread="threadIdx.x"):
+                with T.block("copy"):
+                    vr = T.axis.spatial(n * 4, bx * 4 + y)
+                    vx = T.axis.spatial(32, x)
+                    T.reads(A[vr, vx])
+                    T.writes(D[vr, vx])
+                    D[vr, vx] = A[vr, vx]
+            for k_outer in T.serial(4):
+                for k_inner in T.serial(8):
+                    with T.block("rowdot"):
+                        vi = T.axis.spatial(n * 4, bx * 4 + y)
+                        vk = T.axis.reduce(32, k_outer * 8 + k_inner)
+                        T.reads(C[vi], A[vi, vk], B[vk])
+                        T.writes(C[vi])
+                        with T.init():
+                            C[vi] = T.float32(0.0)
+                        C[vi] = C[vi] + A[vi, vk] * B[vk]
+"""
+
+
+@pytest.mark.parametrize("copy_lanes", [8, 32])
+def test_warp_sum_group_needs_its_lanes_on_threadIdx_x(copy_lanes):
+    """In a launch where another loop binds threadIdx.x to 32 lanes, groups of 8 would not be
+    rows of lanes (`x + 32 * y`): refused; with 8 there too, four rows of 8 make each warp."""
+    sch = Schedule(sp.from_script(ROWDOT_GROUPS.replace("COPY_LANES", str(copy_lanes))))
+    k_inner = sch.get_loops(sch.get_block("rowdot"))[-1]
+    if copy_lanes == 32:
+        with pytest.raises(sp.ScheduleError, match="`x` has extent 32"):
+            sch.tensorize(k_inner, "warp_sum_8", "cuda")
+        return
+    sch.tensorize(k_inner, "warp_sum_8", "cuda")
+    text = sch.mod["main"].script()
+    assert text.count("T.shfl_down_sync(") == 3 and 'T.thread_binding(8, thread="threadIdx.x")' in text
+
+
 def test_warp_sum_on_cpu_is_a_codegen_error():
     sch, _ = warp_sddmm_module()
     with pytest.raises(sp.CodegenError, match="shfl_down_sync"):
