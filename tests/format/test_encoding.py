@@ -431,15 +431,17 @@ def _many_dims(n: int) -> str:
 
 
 def test_parse_time_is_linear_in_the_text():
-    """2000 dimensions (about 37 KB) well under 0.1 s (0.03 s on an idle machine; the bounds
-    leave room for a loaded one); 3000 old-style level types likewise."""
+    """2000 dimensions (about 37 KB) parse in 0.03 s of thread time on an idle machine; the
+    absolute bounds (0.5 s) leave room for a loaded one (0.205 s measured once under a full
+    test run), and the ratio of four times the text below is what tells linear from quadratic.
+    3000 old-style level types likewise."""
     text = _many_dims(2000)
     enc = sp.parse_encoding(text)
     assert enc.dim_rank == 2000 and enc.lvl_to_dim[0] == dim(1999)
-    assert _best_of(3, lambda: sp.parse_encoding(text)) < 0.2
+    assert _best_of(3, lambda: sp.parse_encoding(text)) < 0.5
     old = "#sparse_tensor.encoding<{ lvlTypes = [" + ", ".join(['"dense"'] * 3000) + "] }>"
     assert sp.parse_encoding(old).lvl_rank == 3000
-    assert _best_of(3, lambda: sp.parse_encoding(old)) < 0.2
+    assert _best_of(3, lambda: sp.parse_encoding(old)) < 0.5
     blocks = E % (
         "("
         + ", ".join(f"d{k}" for k in range(500))
@@ -450,7 +452,7 @@ def test_parse_time_is_linear_in_the_text():
         + ")"
     )
     assert sp.parse_encoding(blocks).lvl_to_dim[499] == dim(499) * 2 + dim(999)
-    assert _best_of(3, lambda: sp.parse_encoding(blocks)) < 0.2
+    assert _best_of(3, lambda: sp.parse_encoding(blocks)) < 0.5
     # four times the text, about four times the time (not sixteen)
     small, large = (
         _best_of(3, lambda: sp.parse_encoding(_many_dims(500))),
