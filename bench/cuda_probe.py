@@ -35,6 +35,8 @@ from numba import cuda, float32, int32
 
 import sparsetir_py  # noqa: F401  (its compat shims, numpy 2.5 with numba-cuda 0.30, before any CUDA compile)
 
+from .measure import check_result, operands_and_reference
+
 WIDTHS = (32, 128, 512)
 ONLY: list = []
 XOR_STEPS = (16, 8, 4, 2, 1)  # an xor butterfly over a warp's 32 lanes
@@ -308,7 +310,7 @@ def baselines(op: str, A, ops: dict) -> dict:
     return found
 
 
-def to_host(x, op: str) -> np.ndarray:
+def to_host(x) -> np.ndarray:
     if hasattr(x, "copy_to_host"):
         return x.copy_to_host()
     if hasattr(x, "get"):
@@ -322,32 +324,15 @@ def to_host(x, op: str) -> np.ndarray:
     return np.asarray(x)
 
 
-def close(got, ref, op) -> bool:
-    got = np.asarray(got, np.float64).reshape(ref.shape)
-    scale = np.abs(ref).max() if ref.size else 1.0
-    return bool(np.allclose(got, ref, rtol=1e-3, atol=1e-4 * max(scale, 1.0)))
-
-
 def probe_graph(name: str, widths, batch: int, rows: list) -> None:
 
     A = load(name)
-    m, n = A.shape
-    rng = np.random.default_rng(1)
+    m = A.shape[0]
     dev = {k: cuda.to_device(v) for k, v in (("data", A.data), ("indptr", A.indptr), ("indices", A.indices))}
     for W in widths:
         refs = reference_kernels(W)
         for op in OPS:
-            if op == "spmm":
-                ops = {"B": rng.standard_normal((n, W), dtype=np.float32)}
-                ref = A.astype(np.float64) @ ops["B"].astype(np.float64)
-            else:
-                ops = {
-                    "X": rng.standard_normal((m, W), dtype=np.float32),
-                    "Y": rng.standard_normal((n, W), dtype=np.float32),
-                }
-                r = np.repeat(np.arange(m), np.diff(A.indptr))
-                X64, Y64 = ops["X"].astype(np.float64), ops["Y"].astype(np.float64)
-                ref = np.einsum("ij,ij->i", X64[r], Y64[A.indices]) * A.data
+            ops, ref = operands_and_reference(op, A, W, seed=1)
             for k, v in ops.items():
                 dev[k] = cuda.to_device(v)
             cands = {}
@@ -370,12 +355,12 @@ def probe_graph(name: str, widths, batch: int, rows: list) -> None:
                 row = {"graph": name, "m": m, "nnz": int(A.nnz), "op": op, "width": W, "kernel": cname, **info}
                 if fn is not None:
                     try:
-                        got = to_host(fn(), op)
+                        got = to_host(fn())
                         if op == "sddmm" and cname == "torch":  # sampled_addmm leaves A's values out
                             got = got * A.data
                         if op == "spmm" and hasattr(got, "shape") and got.ndim == 1:
                             got = got.reshape(m, W)
-                        row["ok"] = close(got, ref, op)
+                        row["ok"] = check_result(got, ref).ok
                         if row["ok"]:
                             row |= {k: round(v, 4) for k, v in timed(fn, batch).items()}
                     except Exception as e:

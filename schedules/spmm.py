@@ -150,8 +150,8 @@ def csr_cuda_rows_coarse(
     per_thread` threads (`threadIdx.x`, at least a warp), every thread summing `per_thread`
     consecutive features in registers: the nonzero's column and value are loaded once for
     `per_thread` loads of B, which keeps more loads in flight per thread (GE-SpMM's coarse-grained
-    warp merging); `block_threads / (width / per_thread)` rows a block (8 at widths 32 and 128,
-    2 at 512), so that narrow rows still fill a block. `per_thread` shrinks to the largest power
+    warp merging); `block_threads / (width / per_thread)` rows a block (4 at widths 32 and 128,
+    1 at 512), so that narrow rows still fill a block. `per_thread` shrinks to the largest power
     of two that divides the width and keeps a warp a row. The `local` tile of `per_thread`
     accumulators is compacted to registers (its index `& (per_thread - 1)`, folded to a constant
     once the feature loop is unrolled). A width that is not a constant runs `csr_cuda_rows`.
