@@ -456,11 +456,12 @@ def _spgemm_fused(
 def _small_product(A, B, shape, cls, names: dict, threads) -> scipy.sparse.csr_matrix | None:
     """`A @ B` on one thread by the compiled driver of `cpu_serial`'s two kernels (`ops.driver`:
     the host steps in Python cost three to five times a small product's kernels), or None where
-    its work reaches the parallel grain (more threads pay; not capped at one by `threads=`) or
+    its work reaches the parallel grain (more threads pay; not capped at one by `threads=`) or,
+    with `threads=1`, `DRIVER_WORK` (the kernels on one thread pay), or
     its room passes `FUSED_ROOM_BYTES` or the index dtype."""
     run = _small_driver("spgemm", names["idtype"], names["dtype"])
     idtype, dtype = np.dtype(names["idtype"]), np.dtype(names["dtype"])
-    limit = _UNLIMITED if threads == 1 else parallel_grain()
+    limit = DRIVER_WORK if threads == 1 else parallel_grain()
     room_limit = FUSED_ROOM_BYTES // (idtype.itemsize + dtype.itemsize)
     if idtype == np.int32:
         room_limit = min(room_limit, _INT32_MAX)
@@ -493,8 +494,14 @@ def _small_driver(op: str, idtype: str, dtype: str):
     return ewise_driver(kernel(op, **names))
 
 
-#: No limit on a one-thread product's work (`threads=1`).
-_UNLIMITED = 1 << 62
+#: The most work a compiled driver takes on (`threads=1`: multiply-adds of a product, merged
+#: entries of `add`). A driver's arrays are Numba's, fresh each call, and copied into numpy's at
+#: the end: past these sizes their page faults and the copy cost more than the host steps the
+#: driver saves (one thread, paired: a 90k-row mesh's `A @ A`, 4M multiply-adds, 28 ms by the
+#: driver against 16 ms by the kernels; its `A + R`, 900k entries, 3.6 ms against 2.2 ms; the
+#: two break even near 300k multiply-adds and 100k entries).
+DRIVER_WORK = 1 << 18
+DRIVER_ENTRIES = 1 << 17
 
 
 def _serial_on_one(names: dict, thread_args: dict, default: bool) -> dict:
@@ -632,7 +639,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     # fit it): fresh ones would be faulted in page by page.
     thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
     names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
-    if default and target == "cpu" and thread_args.get("threads") == 1:
+    if default and target == "cpu" and thread_args.get("threads") == 1 and A.nnz + B.nnz < DRIVER_ENTRIES:
         # One thread: the host steps and the merge in one compiled call (`ops.driver`).
         data, indices, indptr = _small_driver(op, names["idtype"], names["dtype"])(
             A.indptr, A.indices, A.data.astype(dtype, copy=False), B.indptr, B.indices,
@@ -653,7 +660,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
     # Each row's count written after a leading slot and summed in place: the result's indptr.
     indptr = np.empty(m + 1, idtype)
-    _launch(kernel(op, **names), thread_args, {
+    _launch(kernel(op, **_serial_on_one(names, thread_args, default)), thread_args, {
         "a_data": A.data.astype(dtype, copy=False), "a_indptr": A.indptr, "a_indices": A.indices,
         "b_data": B.data.astype(dtype, copy=False), "b_indptr": B.indptr, "b_indices": B.indices, "c_data": t_data,
         "c_indices": t_indices, "c_start": start, "c_count": indptr[1:], "bounds": bounds, "m": m,
@@ -713,7 +720,7 @@ def _same_level(A, B) -> bool:
 def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls, default):
     """`op` of two operands that share one level: the lattice's top point at every position."""
     thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
-    if default and target == "cpu" and thread_args.get("threads") == 1:
+    if default and target == "cpu" and thread_args.get("threads") == 1 and A.nnz < DRIVER_ENTRIES:
         data = _small_driver("same_" + op, DTYPE_NAMES[idtype], DTYPE_NAMES[dtype])(
             A.indptr, A.data.astype(dtype, copy=False), B.data.astype(dtype, copy=False), A.shape[0],
             scalars.get("alpha", 0.0), scalars.get("beta", 0.0),
@@ -722,7 +729,7 @@ def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threa
     bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
     names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     data = np.empty(A.nnz, dtype)
-    _launch(kernel("same_" + op, **names), thread_args, {
+    _launch(kernel("same_" + op, **_serial_on_one(names, thread_args, default)), thread_args, {
         "a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False), "c_data": data,
         "indptr": A.indptr, "bounds": bounds, "m": A.shape[0], "parts": len(bounds) - 1, "nnz": A.nnz, **scalars,
     })  # fmt: skip

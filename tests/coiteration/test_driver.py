@@ -119,6 +119,32 @@ def test_a_product_past_the_grain_hands_over(monkeypatch, driver_calls):
     assert driver_calls == ["spgemm_driver"]
 
 
+@pytest.mark.parametrize("idtype, dtype", [("int32", "float32"), ("int64", "float64")])
+def test_large_one_thread_calls_skip_the_drivers(idtype, dtype, monkeypatch, driver_calls):
+    """`threads=1` past `DRIVER_WORK` multiply-adds or `DRIVER_ENTRIES` merged entries: the
+    Python steps and `cpu_serial`'s kernels instead of a driver (whose fresh arrays and final
+    copy cost more than it saves there), the same results, arrays the result owns."""
+    A = load_matrix("karate").astype(dtype)
+    A.indices, A.indptr = A.indices.astype(idtype), A.indptr.astype(idtype)
+    R = scipy.sparse.csr_matrix(A[::-1])
+    other = A.copy()
+    other.data = np.random.default_rng(6).uniform(-2, 2, A.nnz).astype(dtype)
+    monkeypatch.setattr(operators, "DRIVER_WORK", int(np.diff(A.indptr)[A.indices].sum()))
+    monkeypatch.setattr(operators, "DRIVER_ENTRIES", A.nnz)
+    assert operators._small_product(A, A, A.shape, scipy.sparse.csr_matrix, _names(A), 1) is None
+    driver_calls.clear()
+    results = [check_spgemm(A, A, threads=1), check_add(A, R, 2.0, -1.0, threads=1),
+               check_multiply(A, R, threads=1), check_add(A, other, 0.5, 1.5, threads=1)]  # fmt: skip
+    # The SpGEMM driver only measured the rows' work before handing over.
+    assert driver_calls == ["spgemm_driver"] and all(owned(C) for C in results)
+    driver_calls.clear()
+    # One entry fewer than the bounds: the drivers again.
+    monkeypatch.setattr(operators, "DRIVER_WORK", int(np.diff(A.indptr)[A.indices].sum()) + 1)
+    monkeypatch.setattr(operators, "DRIVER_ENTRIES", 2 * A.nnz + 1)
+    check_spgemm(A, A, threads=1), check_add(A, R, threads=1), check_add(A, other, threads=1)
+    assert driver_calls == ["spgemm_driver", "ewise_driver", "same_driver"]
+
+
 def test_room_past_its_budget_hands_over(monkeypatch):
     """Room past `FUSED_ROOM_BYTES` (or int32 positions): not done in the driver, and the product
     runs its symbolic pass first."""
