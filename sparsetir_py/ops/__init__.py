@@ -15,7 +15,9 @@ conversion, `sum_duplicates`) sees them: a broken indptr, out-of-range indices, 
 wrong length or dtype, or a shape the arrays do not fit raise `sp.InputError`, as does a shape
 past 2**31 - 1 rows or columns (the kernels' sizes are int32). Unsorted or duplicated entries,
 other scipy formats, explicit zeros, NaN values, any integer index dtype (cast to int32/int64)
-and bool/integer/float16 values (cast to float64) are valid and give scipy's answer. The O(nnz)
+and bool/integer/float16 values (cast to float64) are valid and give scipy's answer.
+Duplicates are summed first (scipy's `sum_duplicates`): where B holds an inf, two duplicates of
+opposite signs give +-inf, where scipy's product of the uncanonical matrix gives NaN. The O(nnz)
 structure check runs once per matrix structure (`sparsetir_py.operands`); `data` is re-checked
 (O(1)) on every call. Mutating `indptr`/`indices` in place afterwards is not detected.
 
