@@ -927,9 +927,7 @@ def spgemm_count(a_indptr: T.handle, a_indices: T.handle, b_indptr: T.handle, b_
                         work[0] = work[0] + T.int64(B_indptr[kk + 1] - B_indptr[kk])
                         for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
                             j: T.IDX = B_indices[B_indptr[kk] + q]
-                            h[0] = T.int64(j) * T.int64(HASH_MULTIPLIER) % hsize
-                            while keys[h[0]] != 0 and keys[h[0]] != T.int32(j) + 1:
-                                h[0] = (h[0] + T.int64(1)) % hsize
+                            HASH_PROBE(j)
                             if keys[h[0]] == 0:
                                 keys[h[0]] = T.int32(j) + 1
                                 used[count[0]] = h[0]
@@ -969,9 +967,7 @@ SPGEMM_OPERANDS
                         a: T.VAL = A_data[A_indptr[vi] + p]
                         for q in T.serial(B_indptr[kk + 1] - B_indptr[kk]):
                             j: T.IDX = B_indices[B_indptr[kk] + q]
-                            h[0] = T.int64(j) * T.int64(HASH_MULTIPLIER) % hsize
-                            while keys[h[0]] != 0 and keys[h[0]] != T.int32(j) + 1:
-                                h[0] = (h[0] + T.int64(1)) % hsize
+                            HASH_PROBE(j)
                             if keys[h[0]] == 0:
                                 keys[h[0]] = T.int32(j) + 1
                                 vals[h[0]] = a * B_data[B_indptr[kk] + q]
@@ -983,9 +979,7 @@ SPGEMM_OPERANDS
                     T.sort_range(C_indices, C_indptr[vi], C_indptr[vi + 1])
                     for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
                         jt: T.IDX = C_indices[C_indptr[vi] + t]
-                        h[0] = T.int64(jt) * T.int64(HASH_MULTIPLIER) % hsize
-                        while keys[h[0]] != T.int32(jt) + 1:
-                            h[0] = (h[0] + T.int64(1)) % hsize
+                        HASH_PROBE(jt)
                         C_data[C_indptr[vi] + t] = vals[h[0]]
                     for t in T.serial(C_indptr[vi + 1] - C_indptr[vi]):
                         keys[used[t]] = 0
@@ -993,6 +987,20 @@ SPGEMM_OPERANDS
 
 #: Fibonacci hashing's multiplier (2^32 / golden ratio): consecutive columns land far apart.
 HASH_MULTIPLIER = 2654435761
+
+#: Linear probing of a row's hash table `keys` (column + 1 in a used slot, 0 in a free one) for
+#: column `COL`: `h[0]` ends at the column's slot, or at the free slot where it goes
+#: (`HASH_PROBE(COL)` in a kernel's source; the count pass and both steps of the numeric pass).
+HASH_PROBE = """h[0] = T.int64(COL) * T.int64(HASH_MULTIPLIER) % hsize
+while keys[h[0]] != 0 and keys[h[0]] != T.int32(COL) + 1:
+    h[0] = (h[0] + T.int64(1)) % hsize
+"""
+
+
+def _hashed(source: str, idtype: str, dtype: str) -> str:
+    """A hash-workspace pass's script: `HASH_PROBE` expanded, the dtypes and the multiplier filled in."""
+    source = _typed(_expand(source, "HASH_PROBE", HASH_PROBE, ("COL",)), idtype, dtype)
+    return _HEADER + source.replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
 
 
 #: Where a chunk's workspace lives: "local", allocated inside the chunk (CPU: a numpy array per
@@ -1042,7 +1050,7 @@ def _redirect(source: str, name: str, big: str) -> str:
 
 def spgemm_count_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
     if workspace == "hash":
-        return _HEADER + _typed(SPGEMM_COUNT_HASH, idtype, dtype).replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
+        return _hashed(SPGEMM_COUNT_HASH, idtype, dtype)
     return _HEADER + _typed(_with_workspace(SPGEMM_COUNT, workspace, False), idtype, dtype)
 
 
@@ -1054,7 +1062,7 @@ SORT_COST = 4
 
 def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32", workspace: str = "local") -> str:
     if workspace == "hash":
-        return _HEADER + _typed(SPGEMM_NUMERIC_HASH, idtype, dtype).replace("HASH_MULTIPLIER", str(HASH_MULTIPLIER))
+        return _hashed(SPGEMM_NUMERIC_HASH, idtype, dtype)
     source = _with_workspace(_accumulate_row(SPGEMM_NUMERIC), workspace, True)
     return _HEADER + _typed(source, idtype, dtype).replace("SORT_COST", str(SORT_COST))
 
