@@ -44,12 +44,14 @@ once per structure (a cupyx A's structure copied to the host once, `HOST_STRUCTU
 parts' structure on the device once (`parts_on_device`). A's values are gathered into the parts
 on the device by the conversion's slot index (`_gather_values`: one prepared device gather, 0
 for padding; no gather on the host, no copy per part). SpMM: where the format pads, B's
-finiteness is decided on the device each call (`runtime.device.FiniteCheck`: B may change in
-place; the 4-byte flag read back is the call's one wait for the device); with an inf or NaN in
-B, CSR's exact loop runs instead, as on the host. SDDMM: each part writes its values into one
-flat buffer, taken in A's order on the device (a prepared take into a fresh result). After the
-kernel's first run, which checks the parts' structure on the host arrays, these calls are
-prepared and repeated as CSR's are.
+finiteness is marked on the device each call (`runtime.device.FiniteCheck`: B may change in
+place), and a launch after the kernel's recomputes the result by CSR's exact loop where B
+holds an inf or a NaN (0 * inf is NaN where A stores nothing), as the host runs CSR's loop
+then; where B is finite its blocks return at once. Nothing is read back: a repeated call
+never waits for the device (the first call of a structure decides on the host). SDDMM: each
+part writes its values into one flat buffer, taken in A's order on the device (a prepared take
+into a fresh result). After the kernel's first run, which checks the parts' structure on the
+host arrays, these calls are prepared and repeated as CSR's are.
 """
 
 from __future__ import annotations
@@ -277,7 +279,7 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     if not checked and conversion.pads and not all_finite(B):  # (a prepared call checks B itself)
         return fallback(A)
     result = _result(op.name, kind, (m, feat), dtype, out, vector)
-    refresh, values = _gather_values(conversion, a, dtype, kind)
+    refresh, values, csr_values = _gather_values(conversion, a, dtype, kind)
     if not checked:
         refresh(a.data)
         args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **conversion.structure, **values}
@@ -285,55 +287,61 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     reuse = key is not None and a.canonical_input and B is dense[0]
     if checked or reuse:
         fresh = None if out is not None else _allocator(kind, (m, feat), dtype)
-        run = _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind, fresh, finish)
+        csr = (a.indptr, a.indices, csr_values)
+        run = _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind, fresh, finish, csr)
         if reuse:
-
-            def again(A):
-                c = run(A.data)
-                return fallback(A) if c is None else c
-
-            _remember(key, Repeat(held, A, again))
+            _remember(key, Repeat(held, A, lambda A: run(A.data)))
     if not checked:
         return finish(result)
-    c = run(a.data)
-    return fallback(A) if c is None else c
+    return run(a.data)
 
 
-def _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind: str, fresh, finish) -> Callable:
+def _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind: str, fresh, finish, csr) -> Callable:
     """A decomposed SpMM on these device operands, prepared: the parts' structure on the device
     (once per conversion), A's values gathered into the parts' value buffer on the device
-    (`refresh`, `_gather_values`), B's finiteness decided on the device where the format pads
-    (`FiniteCheck`: the one wait for the device), the kernel launched by a `Launcher` into `out=`
-    or a `fresh()` result. The returned `run(A.data)` gives None where B holds an inf or a NaN
-    (the caller runs CSR's exact loop)."""
+    (`refresh`, `_gather_values`), the kernel launched by a `Launcher` into `out=` or a `fresh()`
+    result. Where the format pads, B's finiteness is marked on the device (`FiniteCheck.mark`) and
+    a launch after the kernel's recomputes the result by CSR's exact loop where B holds an inf or
+    a NaN (`FiniteCheck.fix_launch`; `csr`: A's indptr, indices and values on the device, in CSR
+    order), else returns at once: no wait for the device, nothing read back. The returned
+    `run(A.data)` gives the result."""
     m, feat = describe(result).shape
     n = describe(B).shape[0]
     args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **parts_on_device(conversion, kind), **values}
     wanted = set(kernel.parameters)
     launch = kernel.launcher(**{k: v for k, v in args.items() if k in wanted}, check_structure=False)
     finite = FiniteCheck(B) if conversion.pads else None
+    fix = None if finite is None else finite.fix_launch(*csr, result)
     into = launch.into("c") if fresh is not None else None
+    fix_into = fix.into(5) if fix is not None and fresh is not None else None
 
     def run(data):
         refresh(data)
-        if finite is not None and not finite():
-            return None
+        if finite is not None:
+            finite.mark()
         if into is None:
             launch()
+            if fix is not None:
+                fix()
             return finish(None)
         c = fresh()
         into(c)
+        if fix_into is not None:
+            fix_into(c)
         return finish(c)
 
     return run
 
 
-def _gather_values(conversion: parts.Conversion, a: _DeviceCSR, dtype: np.dtype, kind: str) -> tuple[Callable, dict]:
-    """(refresh, the parts' value arguments on the device): `refresh(A.data)` gathers A's values
-    into the parts' value buffer by the slot index of the conversion (on the device once per
-    conversion; -1 for a padding slot, which gets 0) with one prepared device take, instead of a
-    gather on the host and a copy per part. A cupyx A's values are read where they are; a scipy
-    A's are copied to the device first (one copy), as are a cupyx A's of another dtype."""
+def _gather_values(
+    conversion: parts.Conversion, a: _DeviceCSR, dtype: np.dtype, kind: str
+) -> tuple[Callable, dict, Any]:
+    """(refresh, the parts' value arguments on the device, A's values on the device in CSR order
+    as `refresh` leaves them): `refresh(A.data)` gathers A's values into the parts' value buffer
+    by the slot index of the conversion (on the device once per conversion; -1 for a padding
+    slot, which gets 0) with one prepared device take, instead of a gather on the host and a copy
+    per part. A cupyx A's values are read where they are; a scipy A's are copied to the device
+    first (one copy), as are a cupyx A's of another dtype."""
 
     def slots():
         where = [w.reshape(-1) for w in conversion.gathers.values()]
@@ -344,7 +352,7 @@ def _gather_values(conversion: parts.Conversion, a: _DeviceCSR, dtype: np.dtype,
     flat = empty_like_kind(kind, (conversion.slots,), dtype)
     views = conversion.value_views(flat)
     if a.device_values is not None and np.dtype(a.device_values.dtype) == dtype:
-        return _ignore_data(gather_launch(a.device_values, index, flat)), views
+        return _ignore_data(gather_launch(a.device_values, index, flat)), views, a.device_values
     source = empty_like_kind(kind, (a.nnz,), dtype)
     gather = gather_launch(source, index, flat)
     copy = None
@@ -356,7 +364,7 @@ def _gather_values(conversion: parts.Conversion, a: _DeviceCSR, dtype: np.dtype,
             copy(data)
         gather()
 
-    return refresh, views
+    return refresh, views, source
 
 
 def _ignore_data(gather: Callable) -> Callable:
@@ -395,7 +403,7 @@ def _sddmm_parts(op, A, dense, format, schedule, params, kind: str, key, held: t
     flat = empty_like_kind(kind, (conversion.slots + 1,), dtype)
     _copy_into(flat[conversion.slots :], np.zeros(1, dtype))
     index = _on_device(conversion, kind, "stored_slots", lambda: to_device(conversion.stored_slots, kind))
-    refresh, values = _gather_values(conversion, a, dtype, kind)
+    refresh, values, _ = _gather_values(conversion, a, dtype, kind)
     sizes = {"m": m, "n": n, "feat": feat}
     checked = id(kernel) in conversion.checked
     if not checked:

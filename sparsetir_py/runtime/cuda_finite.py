@@ -1,5 +1,7 @@
 """Small device kernels of the runtime: whether an array holds an inf or a NaN
-(`device.all_finite`), and gathers by an index array (`device.take`, `device.gather_launch`).
+(`device.all_finite`, `device.FiniteCheck`), CSR's exact SpMM where it does
+(`device.FiniteCheck.fix_launch`), and gathers by an index array (`device.take`,
+`device.gather_launch`).
 
 A module of its own, imported only when a device array is checked: `from numba import cuda` at
 module level is what Numba's simulator swaps for its own module in a kernel's globals.
@@ -18,6 +20,21 @@ def mark_nonfinite(x, flag):
     i = cuda.grid(1)
     if i < x.shape[0] and not math.isfinite(x[i]):
         flag[0] = 1
+
+
+@cuda.jit
+def csr_rows_if_flagged(flag, indptr, indices, data, b, c):
+    """Where `flag[0]` is set (B holds an inf or a NaN): `c = A @ b` again by CSR's loop, every
+    stored entry of a row in order, accumulated in `c` itself (its dtype, as the CSR kernel sums);
+    else nothing, each block returning at once. Blocks stride over the rows, threads over the
+    features."""
+    if flag[0] == 0:
+        return
+    for i in range(cuda.blockIdx.x, c.shape[0], cuda.gridDim.x):
+        for f in range(cuda.threadIdx.x, c.shape[1], cuda.blockDim.x):
+            c[i, f] = 0
+            for p in range(indptr[i], indptr[i + 1]):
+                c[i, f] += data[p] * b[indices[p], f]
 
 
 @cuda.jit

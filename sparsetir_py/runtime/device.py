@@ -220,6 +220,11 @@ def take(values: Any, index: Any) -> Any:
 
 #: Threads per block of the helper kernels (`cuda_finite`).
 THREADS = 256
+#: The CSR fix-up of a padded SpMM (`FiniteCheck.fix_launch`): at most this many blocks (striding
+#: over the rows) of `FIX_THREADS` threads (striding over the features). Where B is finite each
+#: block only reads the flag.
+FIX_BLOCKS = 1024
+FIX_THREADS = 128
 
 
 class PreparedLaunch:
@@ -287,11 +292,12 @@ class FiniteCheck:
     """Whether a device array holds only finite values, prepared for that array (its values may
     change between calls; each call looks at them): a flag on the device reset (a 4-byte copy),
     `mark_nonfinite` launched (`PreparedLaunch`), the flag read back (4 bytes, which waits for
-    the device)."""
+    the device). `mark()` only resets and marks, and `fix_launch` prepares the launch that acts
+    on the flag on the device: no wait."""
 
     def __init__(self, value: Any):
         size = math.prod(describe(value).shape)
-        self._mark = None
+        self._mark, self._value = None, value
         if size == 0:
             return
         from numba import cuda
@@ -304,13 +310,32 @@ class FiniteCheck:
         blocks = (size + THREADS - 1) // THREADS
         self._mark = PreparedLaunch(mark_nonfinite, (blocks,), (THREADS,), (value.reshape(size), self._flag))
 
+    def mark(self) -> None:
+        """The flag reset and set where the array holds an inf or a NaN, on the device (no wait)."""
+        if self._mark is not None:
+            self._reset(self._zero)
+            self._mark()
+
     def __call__(self) -> bool:
         if self._mark is None:
             return True
-        self._reset(self._zero)
-        self._mark()
+        self.mark()
         self._flag.copy_to_host(self._host)
         return int(self._host[0]) == 0
+
+    def fix_launch(self, indptr: Any, indices: Any, data: Any, c: Any) -> PreparedLaunch:
+        """`c = A @ B` by CSR's exact loop (`cuda_finite.csr_rows_if_flagged`) where the last
+        `mark()` found an inf or a NaN in B (the array checked), else a launch whose blocks return
+        at once: a padded kernel's result (0 * inf is NaN where A stores nothing) made right on the
+        device, with no wait for the flag. A's CSR arrays on the device; `into(5)` takes another
+        result of `c`'s shape."""
+        from .cuda_finite import csr_rows_if_flagged
+
+        m = describe(c).shape[0]
+        # An empty B holds nothing to fix (and has no flag): a launch of no block.
+        grid = (min(m, FIX_BLOCKS),) if self._mark is not None else (0,)
+        flag = self._flag if self._mark is not None else None
+        return PreparedLaunch(csr_rows_if_flagged, grid, (FIX_THREADS,), (flag, indptr, indices, data, self._value, c))
 
 
 def direct_launches(fn, args: list, launches: list, tail: Callable) -> tuple | None:

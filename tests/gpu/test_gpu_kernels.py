@@ -232,6 +232,27 @@ def test_ops_with_numba_device_operands(fmt):
     np.testing.assert_allclose(values, want, rtol=2e-4, atol=2e-4)
 
 
+def test_padded_blocks_with_an_inf_in_b_fixed_on_the_device():
+    """BSR's padded slots read real rows of B: repeated calls with an inf in B (every row of one
+    feature, then none) give scipy's NaN and inf pattern, the fix-up deciding on the device."""
+    from numba import cuda
+
+    A = load_matrix(GRAPHS[-1])
+    B = np.random.default_rng(2).standard_normal((A.shape[1], WIDTH)).astype(np.float32)
+    B_dev = cuda.to_device(B)
+    out = cuda.device_array((A.shape[0], WIDTH), np.float32)
+    for column, value in ((None, None), (3, np.inf), (3, 1.0), (0, -np.inf), (0, 0.5)):
+        if column is not None:
+            B[:, column] = value
+            B_dev.copy_to_device(B)
+        got = sp.ops.spmm(A, B_dev, format="bsr", block_size=2, target="cuda", out=out).copy_to_host()
+        want = A @ B
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+        np.testing.assert_allclose(got[finite], want[finite], rtol=2e-4, atol=2e-4)
+
+
 def test_ops_with_cupy_operands():
     cupy = pytest.importorskip("cupy")
     if os.environ.get("SPARSETIR_TEST_GPU") == "sim":
