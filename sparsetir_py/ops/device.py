@@ -276,7 +276,8 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
 
     kernel = parts.parts_kernel(op.name, module, params, conversion, dname, idtype, "cuda", feat, schedule)
     checked = id(kernel) in conversion.checked
-    if not checked and conversion.pads and not all_finite(B):  # (a prepared call checks B itself)
+    reads = _padding_reads_b(conversion, params, n)
+    if not checked and reads and not all_finite(B):  # (a prepared call checks B itself)
         return fallback(A)
     result = _result(op.name, kind, (m, feat), dtype, out, vector)
     refresh, values, csr_values = _gather_values(conversion, a, dtype, kind)
@@ -288,7 +289,7 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     if checked or reuse:
         fresh = None if out is not None else _allocator(kind, (m, feat), dtype)
         csr = (a.indptr, a.indices, csr_values)
-        run = _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind, fresh, finish, csr)
+        run = _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind, fresh, finish, csr, reads)
         if reuse:
             _remember(key, Repeat(held, A, lambda A: run(A.data)))
     if not checked:
@@ -296,21 +297,33 @@ def _spmm_parts(op, A, dense, format, schedule, out, params, kind: str, vector: 
     return run(a.data)
 
 
-def _prepare_spmm_parts(kernel, conversion, B, result, refresh, values, kind: str, fresh, finish, csr) -> Callable:
+def _padding_reads_b(conversion: parts.Conversion, params: dict, n: int) -> bool:
+    """Whether a padding slot of the parts multiplies a real row of B (`parts.padding_rows`, True
+    where unknown): the zeros stored in BSR's blocks do; ELL's and hyb's padding columns lie past
+    B's rows, which the kernels' guard skips, so no inf or NaN of B can reach them."""
+    if not conversion.pads:
+        return False
+    rows = parts.padding_rows(conversion, int(params.get("block_size", 1)), n)
+    return rows is None or len(rows) > 0
+
+
+def _prepare_spmm_parts(
+    kernel, conversion, B, result, refresh, values, kind: str, fresh, finish, csr, reads: bool = True
+) -> Callable:
     """A decomposed SpMM on these device operands, prepared: the parts' structure on the device
     (once per conversion), A's values gathered into the parts' value buffer on the device
     (`refresh`, `_gather_values`), the kernel launched by a `Launcher` into `out=` or a `fresh()`
-    result. Where the format pads, B's finiteness is marked on the device (`FiniteCheck.mark`) and
-    a launch after the kernel's recomputes the result by CSR's exact loop where B holds an inf or
-    a NaN (`FiniteCheck.fix_launch`; `csr`: A's indptr, indices and values on the device, in CSR
-    order), else returns at once: no wait for the device, nothing read back. The returned
-    `run(A.data)` gives the result."""
+    result. Where padding `reads` real rows of B (`_padding_reads_b`), B's finiteness is marked
+    on the device (`FiniteCheck.mark`) and a launch after the kernel's recomputes the result by
+    CSR's exact loop where B holds an inf or a NaN (`FiniteCheck.fix_launch`; `csr`: A's indptr,
+    indices and values on the device, in CSR order), else returns at once: no wait for the
+    device, nothing read back. The returned `run(A.data)` gives the result."""
     m, feat = describe(result).shape
     n = describe(B).shape[0]
     args = {"b": B, "c": result, "m": m, "n": n, "feat": feat, **parts_on_device(conversion, kind), **values}
     wanted = set(kernel.parameters)
     launch = kernel.launcher(**{k: v for k, v in args.items() if k in wanted}, check_structure=False)
-    finite = FiniteCheck(B) if conversion.pads else None
+    finite = FiniteCheck(B) if reads else None
     fix = None if finite is None else finite.fix_launch(*csr, result)
     into = launch.into("c") if fresh is not None else None
     fix_into = fix.into(5) if fix is not None and fresh is not None else None
