@@ -14,6 +14,7 @@ from .common import (
     fuse_rows_and_nonzeros,
     parts_cpu,
     parts_cuda,
+    prefetch_gathered_rows,
     split_rows_by_nonzeros,
 )
 
@@ -94,6 +95,14 @@ def csr_cpu_rows_split_x4(sch: Schedule) -> None:
     split_rows_by_nonzeros(sch, "sddmm0")
 
 
+def csr_cpu_rows_split_x4_prefetch(sch: Schedule) -> None:
+    """`csr_cpu_rows_split_x4` with the rows of Y that later chunks of four nonzeros read
+    prefetched at the top of each chunk (`common.prefetch_gathered_rows`), as SpMM's schedule of
+    the same name does for B."""
+    csr_cpu_rows_split_x4(sch)
+    prefetch_gathered_rows(sch, "sddmm1", "Y")
+
+
 # The width as a constant (`fixed_width`): LLVM then sizes the feature loop's vectors and
 # unrolling to it. Measured (2 threads, one process, kernel calls; width 32 / 128 / 512, ms):
 # bcsstk13 x4 0.153 / 0.320 / 1.086 -> fixed 0.121 / 0.259 / 1.050; polblogs rows
@@ -105,6 +114,7 @@ csr_cpu_rows_x4_fixed = fixed_width(csr_cpu_rows_x4)
 csr_cpu_rows_balanced_x4_fixed = fixed_width(csr_cpu_rows_balanced_x4)
 csr_cpu_rows_split_fixed = fixed_width(csr_cpu_rows_split)
 csr_cpu_rows_split_x4_fixed = fixed_width(csr_cpu_rows_split_x4)
+csr_cpu_rows_split_x4_prefetch_fixed = fixed_width(csr_cpu_rows_split_x4_prefetch)
 
 
 def _fuse_rows_and_nonzeros(sch: Schedule) -> None:
@@ -214,6 +224,7 @@ SCHEDULES = {
     "csr_cpu_rows_split_x4": csr_cpu_rows_split_x4,
     "csr_cpu_rows_split_fixed": csr_cpu_rows_split_fixed,
     "csr_cpu_rows_split_x4_fixed": csr_cpu_rows_split_x4_fixed,
+    "csr_cpu_rows_split_x4_prefetch_fixed": csr_cpu_rows_split_x4_prefetch_fixed,
     "csr_cpu_nonzeros": csr_cpu_nonzeros,
     "csr_cuda_rows": csr_cuda_rows,
     "csr_cuda_fused_warp": csr_cuda_fused_warp,

@@ -20,6 +20,7 @@ from .transform import (
     compact_buffers,
     hoist_loop_invariants,
     horizontal_fusion,
+    inject_prefetch,
     lower_sparse_buffer,
     lower_sparse_iter,
     partition_loops,
@@ -138,4 +139,6 @@ def target_passes(mod: PrimFunc | IRModule, target: str) -> IRModule:
     mod = hoist_loop_invariants(mod)
     # The parts of a decomposed function share one launch (CUDA) / one parallel loop (CPU).
     mod = horizontal_fusion(mod, only_marked=True)
+    # Loops marked by `sch.prefetch` hint the reads of later iterations (CPU; CUDA ignores them).
+    mod = inject_prefetch(mod) if target == "cpu" else mod
     return mod

@@ -66,6 +66,7 @@ IMPORTS = {
     "stack_zeros": "from sparsetir_py.runtime.cpu_intrinsics import stack_zeros",
     "ctz": "from sparsetir_py.runtime.cpu_intrinsics import ctz",
     "set_chunksize": "from sparsetir_py.runtime.cpu_intrinsics import set_chunksize",
+    "prefetch": "from sparsetir_py.runtime.cpu_intrinsics import prefetch",
     "libdevice": "from sparsetir_py.runtime.cuda_intrinsics import libdevice",
     "syncwarp": "from sparsetir_py.runtime.cuda_intrinsics import syncwarp",
 }
@@ -603,12 +604,26 @@ class Renderer:
         if isinstance(v, Call) and v.op in BARRIERS:
             self.barrier(v.op)
             return
+        if isinstance(v, Call) and v.op == "prefetch":
+            self.prefetch(v)
+            return
         if isinstance(v, IntImm | FloatImm):
             return  # T.evaluate(0): nothing to do
         self.line(self.expr(v))
 
     def barrier(self, op: str) -> None:  # pragma: no cover - every target overrides
         raise NotImplementedError
+
+    def prefetch(self, call: Call) -> None:
+        """`T.prefetch(buf[offset])`: a hint; a target without one writes `pass` (the statement
+        may be all a loop's body holds)."""
+        self.line("pass  # T.prefetch: no prefetch instruction on this target")
+
+    def prefetch_load(self, call: Call) -> BufferLoad:
+        load = call.args[0] if len(call.args) == 1 else None
+        if not isinstance(load, BufferLoad) or len(load.indices) != 1 or self.is_register(load.buffer):
+            raise CodegenError("in `build`: T.prefetch takes one load of a buffer at a flat offset, `T.prefetch(B[i])`")
+        return load
 
     def stmt_if(self, s: IfThenElse) -> None:
         self.line(f"if {self.expr(s.condition)}:")

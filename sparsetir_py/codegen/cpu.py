@@ -200,6 +200,11 @@ class CPURenderer(Renderer):
         name = self.access_name(s.buffer)
         self.line(f"atomic_add({name}, {self.expr(s.indices[0])}, {self.expr(s.value)})")
 
+    def prefetch(self, call) -> None:
+        load = self.prefetch_load(call)
+        self.use("prefetch")
+        self.line(f"prefetch({self.access_name(load.buffer)}, {self.offset(load.indices[0])})")
+
     def barrier(self, op: str) -> None:
         inside = [f for f in self.loops if _is_thread_loop(f)]
         if inside:

@@ -186,6 +186,12 @@ class LoopInterpreter:
                 raise InterpretError(f"sort_range over [{lo}, {hi}) outside `{buf.name}` (size {arr.size})")
             arr[lo:hi] = np.sort(arr[lo:hi])
             return hi
+        if e.op == "prefetch":
+            # A hint reads nothing, but its address must lie in the buffer, formed from loads
+            # inside theirs (`inject_prefetch` clamps them): checked, not read.
+            (load,) = e.args
+            self.element(load.buffer, load.indices)
+            return None
         if e.op in ("syncthreads", "syncwarp"):
             return None
         fn = SCALAR_CALLS.get(e.op)

@@ -54,6 +54,10 @@ register_intrinsic("linear_find", 4, "arg1", buffer_args=(0,))
 # sort_range(buf, lo, hi): sorts buf[lo:hi] in place (ascending) and gives hi: the columns an
 # assembled output row collected in a workspace, in the order of discovery (sparsetir_py.coiteration).
 register_intrinsic("sort_range", 3, "arg2", buffer_args=(0,))
+# prefetch(buf[offset]): a hint that the element will be read soon (`llvm.prefetch` on the CPU,
+# nothing on CUDA); it reads nothing and changes nothing. `sch.prefetch` marks a loop and the
+# Stage III pass `inject_prefetch` emits these; its one argument is a load, whose address it names.
+register_intrinsic("prefetch", 1, "void")
 
 
 def result_dtype(name: str, arg_dtypes: list[str]) -> str:

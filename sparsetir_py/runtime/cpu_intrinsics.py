@@ -15,6 +15,9 @@ element. Integer and float arrays (LLVM >= 9 has `fadd`); no bounds check.
 `prange` hands out its iterations), returning the size it replaces; unlike Numba's own, it leaves
 the kernel cacheable (below).
 
+`prefetch(array, index)` asks for the cache line of `array[index]` (`llvm.prefetch`: a read, kept
+in every cache level); it reads nothing, so an index past the array only wastes the hint.
+
 `stack_zeros(size, dtype)` is a zero-filled 1-D array of a constant `size` on the stack (a
 `local` scratch buffer of constant size: a register tile that LLVM keeps in registers, where
 `np.zeros` would allocate on the heap, and LLVM could not tell that it aliases no argument).
@@ -50,6 +53,27 @@ def atomic_add(typingctx, array, index, value):
         return context.get_dummy_value()
 
     return types.void(array, index, value), codegen
+
+
+@intrinsic
+def prefetch(typingctx, array, index):
+    """Prefetch the cache line of `array[index]` (1-D arrays) for reading: the hardware fetches it
+    while the loop goes on, where a gather from memory would otherwise wait for it."""
+    if not isinstance(array, types.Array) or array.ndim != 1 or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        array_type, index_type = sig.args
+        ary = context.make_array(array_type)(context, builder, args[0])
+        idx = context.cast(builder, args[1], index_type, types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, array_type, ary, [idx], wraparound=False)
+        i32 = llvm_ir.IntType(32)
+        fnty = llvm_ir.FunctionType(llvm_ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, highest locality, data cache
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
 
 
 @intrinsic

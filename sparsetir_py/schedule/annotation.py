@@ -11,6 +11,10 @@ by the CPU code generator too: a parallel loop gives each thread one contiguous 
 iterations, of equal weight, iteration `i` weighing `buf[i + 1] - buf[i] + 1` (a row's nonzeros
 plus the row itself): the static split by nonzeros of torch's and MKL's CSR kernels.
 
+`"prefetch"` on a loop (triples `(buffer name, offset, lines, ...)`, set by `prefetch`) is read by the
+CPU passes (`transform.inject_prefetch`): each iteration prefetches what iteration `+ offset`
+reads of the buffer.
+
 `"atomic"` on a block (value True) says that several threads may update the block's output at
 once. `annotate` rewrites the block's update `C[...] = C[...] + e` into `T.atomic_add(C[...], e)`
 right away, so the IR says what the kernel does (and the interpreter runs it); afterwards
@@ -35,6 +39,7 @@ from .state import find_block, find_loop, replace_block, replace_loop
 
 ANNOTATION_VALUES = (str, int, float, bool)
 LOOP_KEYS = ("chunk_size", "split_by")  # read by the CPU code generator, on loops only
+PREFETCH = "prefetch"  # a loop's (buffer, offset, lines) triples, read by `transform.inject_prefetch`
 
 
 def _check_value(key, value, primitive: str) -> None:
@@ -146,6 +151,54 @@ def annotate(func: PrimFunc, target: str | Var, key: str, value) -> PrimFunc:
     if {key, *loop.annotations} >= set(LOOP_KEYS):
         raise ScheduleError(f'in `{primitive}`: a loop takes "chunk_size" or "split_by", not both')
     return replace_loop(func, target, lambda f: f.replace(annotations=FrozenDict({**f.annotations, key: value})))
+
+
+def prefetch(func: PrimFunc, loop: Var, buffer: str, offset: int = 1, lines: int | None = None) -> PrimFunc:
+    """Prefetch, at every iteration of `loop`, what iteration `loop + offset` reads of `buffer`
+    (TVM's `Stage.prefetch(tensor, var, offset)`): where a loop gathers rows of a buffer through
+    an index (SpMM's rows of B, selected by the column indices), the gathers of later iterations
+    are in flight while this one computes, instead of each waiting for memory in turn.
+
+    The loop gets the annotation `"prefetch": (buffer, offset, lines)` (appended where it has
+    one); on the CPU the Stage III pass `inject_prefetch` puts, at the top of its body, a
+    prefetch of every element the body reads of `buffer`, with the loop variable advanced by
+    `offset` and the body's inner loops walked (by cache lines where the address is contiguous in
+    them; `lines`, beyond TVM's primitive, keeps the first `lines` lines of each contiguous run:
+    a wide row of B then gets its first lines hinted and the hardware's own prefetcher streams
+    the rest, where hinting every line would fill the core's queue of misses). The
+    index buffers read to form those addresses are read clamped to their storage, so the last
+    iterations prefetch within the buffers (and past the loop's end, into what the next
+    iterations of an outer loop read: the next rows' nonzeros). It changes no result; CUDA
+    ignores it.
+
+    It requires: a known loop whose body reads `buffer` (a buffer of the function, by name); an
+    `offset` >= 1 (an int); `lines` None or an int >= 1; `buffer` not marked on this loop already.
+
+    Before: `for j_outer in T.serial(L // 4):`    `prefetch(f, j_outer, "B", 4)`
+    After: `for j_outer in T.serial(L // 4, annotations={"prefetch": ("B", 4, 0)}):` (0: every line)
+    """
+    from ..ir.expr import BufferLoad
+    from ..ir.visit import walk
+
+    primitive = "prefetch"
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+        raise ScheduleError(f"in `{primitive}`: expected an int offset >= 1, but got {offset!r}")
+    if lines is not None and (isinstance(lines, bool) or not isinstance(lines, int) or lines < 1):
+        raise ScheduleError(f"in `{primitive}`: expected None or an int lines >= 1, but got {lines!r}")
+    if not isinstance(buffer, str):
+        raise ScheduleError(f"in `{primitive}`: expected a buffer name (a str), but got {buffer!r}")
+    node = find_loop(func, loop, primitive)
+    read = sorted({n.buffer.name for n in walk(node.body) if isinstance(n, BufferLoad)})
+    if buffer not in read:
+        raise ScheduleError(
+            f"in `{primitive}`: expected a buffer that loop `{loop.name}` reads ({', '.join(read) or 'none'}), "
+            f"but got {buffer!r}"
+        )
+    marks = tuple(node.annotations.get(PREFETCH, ()))
+    if buffer in marks[::3]:
+        raise ScheduleError(f"in `{primitive}`: loop `{loop.name}` already prefetches `{buffer}`")
+    value = (*marks, buffer, offset, lines or 0)
+    return replace_loop(func, loop, lambda f: f.replace(annotations=FrozenDict({**f.annotations, PREFETCH: value})))
 
 
 def unannotate(func: PrimFunc, target: str | Var, key: str) -> PrimFunc:

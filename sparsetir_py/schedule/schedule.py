@@ -318,6 +318,11 @@ class Schedule(SparseIterationPrimitives, TensorizePrimitives):
             self._update(A.annotate(self.func, _target(block_or_loop, "annotate"), ann_key, ann_val))
         self._record("annotate", (block_or_loop,), (ann_key, ann_val), ())
 
+    def prefetch(self, loop: LoopRV, buffer: str, offset: int = 1, lines: int | None = None) -> None:
+        """See `annotation.prefetch` (TVM's `Stage.prefetch(tensor, var, offset)`)."""
+        self._update(A.prefetch(self.func, _loop(loop, "prefetch"), buffer, offset, lines))
+        self._record("prefetch", (loop,), (buffer, offset, lines), ())
+
     def unannotate(self, block_or_loop: Handle, ann_key: str) -> None:
         """See `annotation.unannotate`."""
         self._update(A.unannotate(self.func, _target(block_or_loop, "unannotate"), ann_key))

@@ -4,13 +4,14 @@ Stage I -> I: `decompose_format` (composable formats). Stage I -> II: `lower_spa
 Stage II -> III: `lower_sparse_buffer`. Stage III target passes (run by `sp.compile` before
 `sp.build`, in this order: `driver.target_passes`): `sink_allocations` (CUDA), `compact_buffers`, `unroll_loops`,
 `partition_loops` (CPU), `promote_accumulators` (CPU), `hoist_loop_invariants`,
-`horizontal_fusion`.
+`horizontal_fusion`, `inject_prefetch` (CPU).
 """
 
 from .compact_buffers import compact_buffers
 from .decompose_format import decompose_format, extract_preprocess, format_decompose, remove_preprocess
 from .hoist_invariants import hoist_loop_invariants, promote_accumulators
 from .horizontal_fusion import horizontal_fusion
+from .inject_prefetch import inject_prefetch
 from .lower_sparse_buffer import lower_sparse_buffer
 from .lower_sparse_iter import lower_sparse_iter
 from .partition_loops import partition_loops
@@ -24,6 +25,7 @@ __all__ = [
     "format_decompose",
     "hoist_loop_invariants",
     "horizontal_fusion",
+    "inject_prefetch",
     "lower_sparse_buffer",
     "lower_sparse_iter",
     "partition_loops",

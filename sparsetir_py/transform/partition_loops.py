@@ -34,8 +34,8 @@ def partition_loops(mod: PrimFunc | IRModule) -> IRModule:
 
 def _rewrite(s: Stmt) -> Stmt:
     s = map_children(s, lambda c: _rewrite(c) if isinstance(c, Stmt) else c)
-    if isinstance(s, For) and s.kind == "serial" and not s.annotations:
-        return _partition(s) or s
+    if isinstance(s, For) and s.kind == "serial" and set(s.annotations) <= {"prefetch"}:
+        return _partition(s) or s  # both loops keep a prefetch annotation (`inject_prefetch` runs after)
     return s
 
 
