@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from sparsetir_py import tuning
 from sparsetir_py.errors import TargetError
 from sparsetir_py.schedule import NestInfo, Schedule, sparse_iterations, top_level_nests
 
@@ -38,7 +39,7 @@ def buffer_itemsize(sch: Schedule, name: str) -> int:
 #: `PREFETCH_AHEAD` chunks of nonzeros ahead; a wider row gets its first cache line hinted,
 #: `PREFETCH_AHEAD_WIDE` chunks ahead (the hardware's own prefetcher streams the rest: hinting
 #: every line of a 512-byte row measured 0.80-0.95x of no hints, filling the core's miss queue).
-PREFETCH_WHOLE_ROW = 128
+PREFETCH_WHOLE_ROW = tuning.PREFETCH_WHOLE_ROW  # 128
 PREFETCH_AHEAD = 4
 PREFETCH_AHEAD_WIDE = 2
 

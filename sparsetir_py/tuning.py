@@ -77,6 +77,8 @@ from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
 TUNE_FORMAT = 12  # bump when candidates or the model change: cached results are then ignored
+#: Rows gathered of at most this many bytes are prefetched whole (`schedules.common`).
+PREFETCH_WHOLE_ROW = 128
 DEFAULT_TOP = 4  # the model's best this many are timed when `tune` is not told how many
 TIMING_GRAIN = 1 << 22  # nnz x width below which the model decides alone (no timed candidates)
 MAX_ENTRY_BYTES = 1 << 20  # a cached result is a few kilobytes: anything larger is damage
@@ -612,6 +614,12 @@ def candidates(
                 # are timed. Paired against x4 at width 32: 1.15-1.33x on five graphs of 50k-200k
                 # rows (power-law, small-world, mesh); at 128/512 (first line only) 0.95-1.16x.
                 out.append(Candidate("csr", {}, "csr_cpu_rows_split_x4_prefetch_fixed", model * factor * 0.96 + extra))
+            # SDDMM's (rows of Y ahead): where Y outgrows the L2 and a row is hinted whole (128
+            # bytes and less). Paired against x4 at width 32: 0.85-1.59x on the same five graphs
+            # (three above 1.13x); at 128 (first line only) 0.76-0.94x: not a candidate there.
+            narrow = w * itemsize <= PREFETCH_WHOLE_ROW
+            if op == "sddmm" and x4 and fixed and split and timed and narrow and s.n * w * itemsize > mach.l2_bytes:
+                out.append(Candidate("csr", {}, "csr_cpu_rows_split_x4_prefetch_fixed", model * factor * 0.99 + extra))
         if op == "sddmm":
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads
             row = w * itemsize
