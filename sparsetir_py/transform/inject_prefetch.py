@@ -32,6 +32,7 @@ what the loop computes. `sp.compile` runs this pass last on the CPU; CUDA ignore
 
 from __future__ import annotations
 
+from ..ir import dtype as dt
 from ..ir import make as mk
 from ..ir.buffer import FlatBuffer
 from ..ir.expr import BinOp, BufferLoad, Call, Cast, IntImm, PrimExpr, Var
@@ -77,6 +78,7 @@ def _rewrite(s: Stmt) -> Stmt:
 
 
 def is_prefetch(s: Stmt) -> bool:
+    """Whether `s` is a hint this pass placed (`T.prefetch(buf[offset])`)."""
     return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == PREFETCH
 
 
@@ -212,8 +214,7 @@ def _hint(acc: _Access, ahead: dict, lines: int | None) -> Stmt | None:
     size = _flat_size(acc.buffer)
     if size is None:
         return None
-    item = int(acc.buffer.dtype[-2:]) // 8 if acc.buffer.dtype[-2:].isdigit() else 1
-    line = max(1, LINE_BYTES // max(item, 1))
+    line = max(1, LINE_BYTES // dt.to_numpy(acc.buffer.dtype).itemsize)  # elements of a cache line
     # Which walked loop goes by lines: the innermost in which the address is contiguous.
     by_line = next((v for v, _, _ in reversed(walked) if _unit_stride(acc.offset, v)), None)
     # Each walked loop runs over fresh counters t_i: var = min + t_i * step.
