@@ -1,12 +1,12 @@
 """`inject_prefetch` (Stage III, CPU): the software prefetches `sch.prefetch` asked for.
 
-A loop annotated `"prefetch": ("B", d)` (`sch.prefetch(loop, "B", d)`, TVM's
-`Stage.prefetch(tensor, var, offset)`) gets, at the top of its body, one `T.prefetch` of every
+A loop annotated `"prefetch": ("B", d, lines)` (`sch.prefetch(loop, "B", d, lines)`, TVM's
+`Stage.prefetch(tensor, var, offset)`; `lines` 0 for every line) gets, at the top of its body, one `T.prefetch` of every
 element of B its body reads, with the loop variable advanced by `d`. SpMM's loop over a row's
 nonzeros (split by 4, the copies unrolled) becomes
 
     for j_outer in range(L // 4):
-        for t in range(feat // 16):                       # one hint per 64-byte line of B's row
+        for t in range((feat + 15) // 16):                # one hint per 64-byte line of B's row
             T.prefetch(B[J_indices[min(p + (j_outer + d) * 4, nnz - 1)] * feat + t * 16])
         ...                                               # (and the same for copies 1, 2, 3)
         for k in range(feat):
@@ -20,7 +20,8 @@ for its own. How each access is found, as TVM's `InjectPrefetch` relaxes a regio
   replaced by their values, and the loop variable by `var + d`;
 - the body's inner loops that the address depends on (or whose bounds the needed ones depend
   on) are walked: a loop in which the address moves by one element is walked by cache lines
-  (`LINE_BYTES`), the others element by element; accesses under a `while` loop are left out;
+  (`LINE_BYTES`; at most `lines` of them where the mark says), the others element by element;
+  accesses under a `while` loop are left out;
 - every load that forms the address (an index buffer: `J_indices`, `J_indptr`) is read clamped to
   its storage, `max(min(i, size - 1), 0)`, and so is the prefetched offset: near the end of a
   row the hints run into the next rows' nonzeros (what the next iterations of the outer loop
