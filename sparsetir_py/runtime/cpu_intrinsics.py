@@ -67,6 +67,9 @@ def prefetch(typingctx, array, index):
         ary = context.make_array(array_type)(context, builder, args[0])
         idx = context.cast(builder, args[1], index_type, types.intp)
         ptr = cgutils.get_item_pointer(context, builder, array_type, ary, [idx], wraparound=False)
+        # One declaration serves every element type: a byte pointer (a kernel may prefetch an
+        # int32 and a float32 array; with typed pointers each would otherwise clash with the first).
+        ptr = builder.bitcast(ptr, llvm_ir.IntType(8).as_pointer())
         i32 = llvm_ir.IntType(32)
         fnty = llvm_ir.FunctionType(llvm_ir.VoidType(), [ptr.type, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")

@@ -2,7 +2,8 @@
 
 A hypothesis strategy draws a sequence of loop primitives (split with random, missing or
 invalid factors; fuse of adjacent or arbitrary loops; reorder of random loop subsets; bind to
-valid and invalid thread axes; parallel / vectorize / unroll; decompose_reduction; annotate),
+valid and invalid thread axes; parallel / vectorize / unroll; decompose_reduction; annotate;
+prefetch of any buffer, with valid and invalid offsets),
 on loops reached through `get_loops` (also loops that an earlier primitive removed). Each
 primitive either succeeds or raises `ScheduleError` naming itself, leaving the module (the same
 object) and the trace as they were; any other exception fails the test. After the sequence:
@@ -67,7 +68,10 @@ PRIMITIVES = (
     "unroll",
     "decompose_reduction",
     "annotate",
+    "prefetch",
 )
+#: Buffers `prefetch` names: read by csrmm / sddmm loops, or by none of them.
+PREFETCH_BUFFERS = ("B", "Y", "X", "A", "J_indices", "J_indptr", "C", "nope")
 
 
 # ---------------------------------------------------------------- functions and references
@@ -273,6 +277,13 @@ class RandomScheduler:
                 key, value = draw(st.sampled_from(ANNOTATIONS), "annotation")
             self.log.append(f"annotate({name_of(target)}, {key!r}, {value!r})")
             self.attempt("annotate", lambda: sch.annotate(target, key, value))
+        elif primitive == "prefetch":
+            lp = self.loop()
+            buffer = draw(st.sampled_from(PREFETCH_BUFFERS), "buffer")
+            offset = draw(st.sampled_from((1, 2, 5, 0, -1)), "offset")
+            lines = draw(st.sampled_from((None, 1, 2, 0)), "lines")
+            self.log.append(f"prefetch({name_of(lp)}, {buffer!r}, {offset!r}, {lines!r})")
+            self.attempt("prefetch", lambda: sch.prefetch(lp, buffer, offset, lines))
         else:
             raise AssertionError(primitive)
 

@@ -52,6 +52,23 @@ def test_prefetching_schedules_equal_scipy(schedule, idtype, dtype):
         np.testing.assert_allclose(C, A.toarray().astype(np.float64) @ B, rtol=_tol(dtype), atol=_tol(dtype))
 
 
+def test_buffers_of_two_types_on_one_loop():
+    """A row loop prefetching the next row's column indices (int64) and rows of B (float32):
+    one kernel hinting arrays of two element types (found by a fuzz of random schedules: the
+    intrinsic's declaration took the first array's pointer type)."""
+
+    def schedule(sch):
+        _prefetch_rows(sch)
+        (i,) = sch.get_loops(sch.get_block("csrmm0"))
+        sch.prefetch(i, "J_indices", 2, lines=1)
+
+    A = load_matrix("cora")
+    A.indices, A.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
+    B = np.random.default_rng(0).standard_normal((A.shape[1], 5)).astype(np.float32)
+    C = sp.ops.spmm(A, B, format="csr", schedule=schedule)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+
+
 def test_wide_rows_hint_their_first_line():
     """Past `PREFETCH_WHOLE_ROW` bytes a row of B gets its first cache line hinted,
     `PREFETCH_AHEAD_WIDE` chunks ahead; at 32 floats (128 bytes) the whole row, two lines."""
