@@ -607,7 +607,9 @@ def candidates(
             # uniform random graph (160k rows, 10 per row) 39.5 vs 42.6, 183 vs 218 at width 128.
             # SDDMM's x8 measured mixed (mesh2d width 32 1.3x faster, the uniform graph at 128
             # 1.15x slower) and compiles in four times x4's time: not a candidate.
-            if op == "spmm" and x4 and fixed and split and timed and s.n * w * itemsize > mach.l2_bytes:
+            # The gathers of B (or Y) wait on memory: the x4 split schedule, timed, past the L2.
+            waits = x4 and fixed and split and timed and s.n * w * itemsize > mach.l2_bytes
+            if op == "spmm" and waits:
                 out.append(Candidate("csr", {}, "csr_cpu_rows_split_x8_fixed", model * factor * 0.97 + extra))
                 # x4 with the rows of B four chunks ahead prefetched (`sch.prefetch`): the gathers
                 # overlap. Where B outgrows the L2, as x8; ranked just ahead of both, so all three
@@ -617,8 +619,7 @@ def candidates(
             # SDDMM's (rows of Y ahead): where Y outgrows the L2 and a row is hinted whole (128
             # bytes and less). Paired against x4 at width 32: 0.85-1.59x on the same five graphs
             # (three above 1.13x); at 128 (first line only) 0.76-0.94x: not a candidate there.
-            narrow = w * itemsize <= PREFETCH_WHOLE_ROW
-            if op == "sddmm" and x4 and fixed and split and timed and narrow and s.n * w * itemsize > mach.l2_bytes:
+            if op == "sddmm" and waits and w * itemsize <= PREFETCH_WHOLE_ROW:
                 out.append(Candidate("csr", {}, "csr_cpu_rows_split_x4_prefetch_fixed", model * factor * 0.99 + extra))
         if op == "sddmm":
             search = s.nnz * math.log2(max(s.m, 2)) * 1.5e-9 / mach.threads

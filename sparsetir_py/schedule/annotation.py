@@ -34,12 +34,12 @@ from ..ir.expr import BinOp, BufferLoad, Var
 from ..ir.func import PrimFunc
 from ..ir.node import FrozenDict
 from ..ir.stmt import AtomicAdd, Block, BufferStore, IfThenElse
+from ..transform.inject_prefetch import PREFETCH  # a loop's (buffer, offset, lines) triples
 from ..transform.region import annotate_regions
 from .state import find_block, find_loop, replace_block, replace_loop
 
 ANNOTATION_VALUES = (str, int, float, bool)
 LOOP_KEYS = ("chunk_size", "split_by")  # read by the CPU code generator, on loops only
-PREFETCH = "prefetch"  # a loop's (buffer, offset, lines) triples, read by `transform.inject_prefetch`
 
 
 def _check_value(key, value, primitive: str) -> None:

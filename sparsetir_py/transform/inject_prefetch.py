@@ -33,6 +33,8 @@ what the loop computes. `sp.compile` runs this pass last on the CPU; CUDA ignore
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..ir import dtype as dt
 from ..ir import make as mk
 from ..ir.buffer import FlatBuffer
@@ -57,7 +59,7 @@ from ..ir.visit import map_children, post_order_rewrite, substitute, walk
 
 __all__ = ["LINE_BYTES", "PREFETCH", "inject_prefetch"]
 
-PREFETCH = "prefetch"
+PREFETCH = "prefetch"  #: the loop annotation `sch.prefetch` sets: (buffer name, offset, lines) triples
 LINE_BYTES = 64  #: a cache line: one hint covers this many bytes of a contiguous run
 
 
@@ -83,12 +85,13 @@ def is_prefetch(s: Stmt) -> bool:
     return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == PREFETCH
 
 
-class _Access:
+class _Access(NamedTuple):
     """A read of the prefetched buffer: the buffer, its flat offset, and the inner loops around it
     as (variable, min, extent), outermost first; `let`s and block iterators replaced."""
 
-    def __init__(self, buffer, offset: PrimExpr, loops: tuple):
-        self.buffer, self.offset, self.loops = buffer, offset, loops
+    buffer: FlatBuffer
+    offset: PrimExpr
+    loops: tuple
 
 
 def _accesses(s: Stmt, name: str, env: dict, loops: tuple, out: list) -> None:

@@ -24,6 +24,7 @@ from ..ir.expr import BinOp, IntImm, PrimExpr, Select, Var
 from ..ir.func import IRModule, PrimFunc
 from ..ir.stmt import Block, For, IfThenElse, Stmt, seq
 from ..ir.visit import map_children, post_order_rewrite, substitute, walk
+from .inject_prefetch import PREFETCH
 from .unroll_loops import fresh_copy
 
 
@@ -34,7 +35,7 @@ def partition_loops(mod: PrimFunc | IRModule) -> IRModule:
 
 def _rewrite(s: Stmt) -> Stmt:
     s = map_children(s, lambda c: _rewrite(c) if isinstance(c, Stmt) else c)
-    if isinstance(s, For) and s.kind == "serial" and set(s.annotations) <= {"prefetch"}:
+    if isinstance(s, For) and s.kind == "serial" and set(s.annotations) <= {PREFETCH}:
         return _partition(s) or s  # both loops keep a prefetch annotation (`inject_prefetch` runs after)
     return s
 
