@@ -76,7 +76,7 @@ from .runtime import timing
 from .runtime.cache import CacheWarning, cache_dir, write_file
 from .runtime.cpu_intrinsics import split_bound
 
-TUNE_FORMAT = 12  # bump when candidates or the model change: cached results are then ignored
+TUNE_FORMAT = 13  # bump when candidates or the model change: cached results are then ignored
 #: Rows gathered of at most this many bytes are prefetched whole (`schedules.common`).
 PREFETCH_WHOLE_ROW = 128
 DEFAULT_TOP = 4  # the model's best this many are timed when `tune` is not told how many
@@ -328,7 +328,12 @@ REACH = 2.0
 #: Column parts (`format_rules.colparts`): at most this many, and the loop overhead of one stored
 #: (row, column part) pair (its row of C addressed, its nonzeros' bounds), per thread.
 COLPARTS_MAX = 4  # 4, 8 and 16 parts on rmat-large and a 300k-row R-MAT, widths 128/512: 4 best or tied
-COLPARTS_PAIR_S = 4e-9
+#: Measured (quiet, 2 threads, `sp.tune.spmm`): at 4 ns a pair the model put column parts at
+#: 0.48-1.11 of the measured time on 10 cases whose B outgrows the cache (rmat-large and a 100k-row
+#: Chung-Lu graph at widths 32/128, an R-MAT of 65k rows, a 9-point mesh of 90k, Watts-Strogatz
+#: 50k, Chung-Lu 40k, Delaunay 50k at 128), rmat-large at width 32 (425k pairs of 6 nonzeros
+#: each) outside 2x; at 30 ns 0.65-1.51 (the mesh, whose rows span every part, highest).
+COLPARTS_PAIR_S = 30e-9
 
 
 @dataclass
