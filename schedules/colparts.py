@@ -15,7 +15,7 @@ of extent `blocks * (parts - 1)` splits into row blocks (parallel) and parts (se
     for block in T.parallel(blocks):          # one thread: its rows of A, parts 1, 2, ...
         for part in T.serial(parts - 1):      # B's columns [(part + 1) * w, (part + 2) * w)
             for row in T.serial(rows of (block, part)):
-                for j, k in ...:              # four nonzeros a time, the features vectorised
+                for j, k in ...:              # four nonzeros a time (eight on wide rows), the features vectorised
                     C[row, k] += A[...] * B[col, k]
 
 Each row of A lies in exactly one row block (the converter's contract), so the parallel loop's
@@ -39,7 +39,11 @@ L3 at about the rate it reads memory. A slice in the L2 needs 50-200 parts here,
 reads and writes its rows of C again (a row of C per (row, part) pair holding a nonzero: with
 13.5 nonzeros a row, nearly every row in every part). With 2 or 4 parts the L3's gain is spent on
 those passes: paired against the best CSR schedule (`out=` given), 0.93-1.11x on rmat-large and
-1.05-1.08x on an R-MAT of 300k rows and 4M nonzeros, widths 128 and 512. Tried in hand-written
+1.05-1.08x on an R-MAT of 300k rows and 4M nonzeros, widths 128 and 512. Eight nonzeros at a
+time on rows of B of 512 bytes or more (`X8_MIN_ROW_BYTES`; CSR's best there is eight at a time
+too) then measured, 4 parts against `csr_cpu_rows_split_x8_fixed`: rmat-large 1.12x at width 128
+and 1.26-1.29x at 512 (4 and 8 parts), a 100k-row Chung-Lu graph of 1.6M nonzeros 1.43x at 128;
+at width 32 (four at a time) 0.91-0.98x, and a 9-point mesh of 90k rows 0.55x at 128. Tried in hand-written
 Numba kernels and not better: the top 512-4096 columns by degree (22-56% of the nonzeros) as a
 part of their own, 0.85-0.92x one CSR pass (a serial zeroing of C included, about a tenth of
 it); feature tiles of 16-64 with 8-32 parts, so that a slice fits the L2, 0.27-0.55x (each tile
@@ -53,17 +57,28 @@ import functools
 from sparsetir_py.errors import ScheduleError, TargetError
 from sparsetir_py.schedule import Schedule
 
-from .common import fixed_width
+from .common import buffer_itemsize, fixed_width
+
+#: `factor="auto"`: eight nonzeros at a time where a row of B holds at least this many bytes, else
+#: four. Paired (2 threads, `out=` given, 7 interleaved rounds), eight against four at 4 parts:
+#: rmat-large (200k rows, 2.7M nonzeros) 1.06x at width 128 and 1.11x at 512, a 100k-row
+#: Chung-Lu graph 1.27x at 128; at width 32 (128-byte rows) 0.97x.
+X8_MIN_ROW_BYTES = 512
 
 
-def colparts_cpu(sch: Schedule, parts: int, factor: int | None = 4) -> None:
+def colparts_cpu(sch: Schedule, parts: int, factor: int | str | None = "auto") -> None:
     """SpMM over `format_rules.colparts` of `parts` column parts (see the module docstring): part
     0 as `csr_cpu_rows_split_x4` (rows split by nonzeros, each row zeroed once then accumulated,
     `factor` nonzeros at a time), then row blocks in parallel with the other parts in order
-    inside (`factor` nonzeros at a time; None: one at a time)."""
+    inside (`factor` nonzeros at a time; None: one at a time; "auto": eight where the width is
+    compiled in and a row of B holds at least `X8_MIN_ROW_BYTES`, else four)."""
     head = sch.get_block("csrmm_colpart01")
     (i,) = sch.get_loops(sch.get_block("csrmm_colpart00"))
     j, k = sch.get_loops(head)
+    if factor == "auto":
+        width = sch.loop_extent(k)
+        wide = width is not None and width * buffer_itemsize(sch, "B") >= X8_MIN_ROW_BYTES
+        factor = 8 if wide else 4
     sch.decompose_reduction(head, j)
     sch.parallel(i)
     sch.annotate(i, "split_by", "J_colpart0_indptr")
@@ -100,7 +115,7 @@ def _by_factor(sch: Schedule, j, k, factor: int) -> None:
 
 
 @functools.cache
-def colparts(target: str, parts: int, factor: int | None = 4):
+def colparts(target: str, parts: int, factor: int | str | None = "auto"):
     """`colparts_cpu` for `parts` column parts, compiled for one feature width (`fixed_width`), as
     a schedule function (one object per arguments, so `sp.ops` caches one kernel per width).
 
@@ -113,7 +128,7 @@ def colparts(target: str, parts: int, factor: int | None = 4):
     def schedule(sch: Schedule) -> None:
         colparts_cpu(sch, parts, factor)
 
-    suffix = "" if factor == 4 else f"_x{factor}" if factor else "_x1"
+    suffix = "" if factor == "auto" else f"_x{factor}" if factor else "_x1"
     schedule.__name__ = schedule.__qualname__ = f"colparts_cpu_p{parts}{suffix}"
     schedule.__doc__ = colparts_cpu.__doc__
     return fixed_width(schedule)

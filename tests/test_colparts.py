@@ -120,6 +120,34 @@ def test_spmm_equals_scipy(schedule):
         np.testing.assert_allclose(out, want, rtol=tol, atol=tol, err_msg=name)
 
 
+def test_wide_rows_of_b_take_eight_nonzeros_at_a_time():
+    """Rows of B of `X8_MIN_ROW_BYTES` or more (float64 at width 64) run eight nonzeros at a time
+    in both nests; rows of every length from 0 to 19 in each column part reach no chunk of eight,
+    full chunks and every remainder. One kernel (int64/float64, width 64)."""
+    rng = np.random.default_rng(5)
+    parts, n = PARTS, 3 * 40  # columns [0, 40), [40, 80), [80, 120): one per part
+    rows = []
+    for length in np.concatenate([np.arange(20), rng.permutation(20)]):
+        # `length` nonzeros in each part (at most 40 columns a part): every remainder in every nest
+        rows.append(np.concatenate([p * 40 + np.sort(rng.choice(40, length, replace=False)) for p in range(parts)]))
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int64)
+    A = sps.csr_matrix((rng.standard_normal(len(indices)), indices, indptr), (len(rows), n))
+    B = rng.standard_normal((n, 64))
+    assert 64 * B.itemsize >= schedules.X8_MIN_ROW_BYTES
+    for M in (A, CASES["int64 float64"][0]):
+        Bm = B[: M.shape[1]]
+        C = sp.ops.spmm(M, Bm, format="colparts", num_col_parts=parts, row_blocks=2)
+        np.testing.assert_allclose(C, M @ Bm, rtol=1e-10, atol=1e-10)
+    # The chunks of the generated code (rendered, not compiled), float32: eight at a time on rows
+    # of 128 (512 bytes), four on rows of 64 (256 bytes) and of 8 (the width the others compile).
+    rules = format_rules.colparts.rules(A, num_col_parts=parts, row_blocks=2)
+    mod = sp.transform.remove_preprocess(sp.decompose_format(spmm_script(), rules))
+    for width, factor, other in ((128, 8, 4), (64, 4, 8), (WIDTH, 4, 8)):
+        source = sp.compile(mod, "cpu", schedule=schedules.colparts("cpu", parts), specialize={"feat": width}).source
+        assert f"// {factor}" in source and f"// {other}" not in source, width
+
+
 def test_sddmm_through_the_schedule_of_any_decomposition():
     A = load_matrix("citeseer")
     X = np.random.default_rng(1).standard_normal((A.shape[0], 4)).astype(np.float32)
