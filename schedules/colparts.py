@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 
+from sparsetir_py import tuning
 from sparsetir_py.errors import ScheduleError, TargetError
 from sparsetir_py.schedule import Schedule
 
@@ -63,7 +64,7 @@ from .common import buffer_itemsize, fixed_width
 #: four. Paired (2 threads, `out=` given, 7 interleaved rounds), eight against four at 4 parts:
 #: rmat-large (200k rows, 2.7M nonzeros) 1.06x at width 128 and 1.11x at 512, a 100k-row
 #: Chung-Lu graph 1.27x at 128; at width 32 (128-byte rows) 0.97x.
-X8_MIN_ROW_BYTES = 512
+X8_MIN_ROW_BYTES = tuning.COLPARTS_X8_ROW_BYTES  # 512: the tuner's model prices the same switch
 
 
 def colparts_cpu(sch: Schedule, parts: int, factor: int | str | None = "auto") -> None:

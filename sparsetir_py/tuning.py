@@ -334,6 +334,8 @@ COLPARTS_MAX = 4  # 4, 8 and 16 parts on rmat-large and a 300k-row R-MAT, widths
 #: 50k, Chung-Lu 40k, Delaunay 50k at 128), rmat-large at width 32 (425k pairs of 6 nonzeros
 #: each) outside 2x; at 30 ns 0.65-1.51 (the mesh, whose rows span every part, highest).
 COLPARTS_PAIR_S = 30e-9
+#: `schedules.colparts.X8_MIN_ROW_BYTES`: rows of B from which column parts run eight nonzeros at a time.
+COLPARTS_X8_ROW_BYTES = 512
 
 
 @dataclass
@@ -518,6 +520,11 @@ def _model_colparts(s: Structure, w: int, mach: Machine, parts: int, itemsize: i
     pairs = s.m + s.row_parts(parts, skip=1)
     mean = s.nnz / max(pairs, 1)
     gain = (0.8 if mean >= 8 else 1.05) * (0.8 if w >= 64 else 0.85)  # four at a time, the width compiled in
+    if row >= COLPARTS_X8_ROW_BYTES:
+        # Eight at a time on wide rows (`schedules.colparts`): measured 1.06-1.27x four at a time
+        # on rmat-large and a 100k-row Chung-Lu graph, widths 128/512 (model/measured 1.02-1.42
+        # without this factor).
+        gain *= 0.85
     # Even where a slice fits the cache, each pass over a part reads the rows of the slice it
     # touches first from memory: the first touches among the part's nonzeros in a window of as
     # many reads as CSR's (`Machine.window`), so that the two differ by the columns each window
