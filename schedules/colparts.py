@@ -15,7 +15,7 @@ of extent `blocks * (parts - 1)` splits into row blocks (parallel) and parts (se
     for block in T.parallel(blocks):          # one thread: its rows of A, parts 1, 2, ...
         for part in T.serial(parts - 1):      # B's columns [(part + 1) * w, (part + 2) * w)
             for row in T.serial(rows of (block, part)):
-                for j, k in ...:              # four nonzeros a time (eight on wide rows), the features vectorised
+                for j, k in ...:              # 4 (8 on wide rows) nonzeros a time, features vectorised
                     C[row, k] += A[...] * B[col, k]
 
 Each row of A lies in exactly one row block (the converter's contract), so the parallel loop's
@@ -43,8 +43,9 @@ those passes: paired against the best CSR schedule (`out=` given), 0.93-1.11x on
 time on rows of B of 512 bytes or more (`X8_MIN_ROW_BYTES`; CSR's best there is eight at a time
 too) then measured, 4 parts against `csr_cpu_rows_split_x8_fixed`: rmat-large 1.12x at width 128
 and 1.26-1.29x at 512 (4 and 8 parts), a 100k-row Chung-Lu graph of 1.6M nonzeros 1.43x at 128;
-at width 32 (four at a time) 0.91-0.98x, and a 9-point mesh of 90k rows 0.55x at 128. Tried in hand-written
-Numba kernels and not better: the top 512-4096 columns by degree (22-56% of the nonzeros) as a
+at width 32 (four at a time) 0.91-0.98x, and a 9-point mesh of 90k rows 0.55x at 128.
+
+Tried in hand-written Numba kernels and not better: the top 512-4096 columns by degree (22-56% of the nonzeros) as a
 part of their own, 0.85-0.92x one CSR pass (a serial zeroing of C included, about a tenth of
 it); feature tiles of 16-64 with 8-32 parts, so that a slice fits the L2, 0.27-0.55x (each tile
 walks A and its (row, part) pairs of C again).
@@ -58,7 +59,7 @@ from sparsetir_py import tuning
 from sparsetir_py.errors import ScheduleError, TargetError
 from sparsetir_py.schedule import Schedule
 
-from .common import buffer_itemsize, fixed_width
+from .common import fixed_width, row_bytes
 
 #: `factor="auto"`: eight nonzeros at a time where a row of B holds at least this many bytes, else
 #: four. Paired (2 threads, `out=` given, 7 interleaved rounds), eight against four at 4 parts:
@@ -77,9 +78,8 @@ def colparts_cpu(sch: Schedule, parts: int, factor: int | str | None = "auto") -
     (i,) = sch.get_loops(sch.get_block("csrmm_colpart00"))
     j, k = sch.get_loops(head)
     if factor == "auto":
-        width = sch.loop_extent(k)
-        wide = width is not None and width * buffer_itemsize(sch, "B") >= X8_MIN_ROW_BYTES
-        factor = 8 if wide else 4
+        row = row_bytes(sch, k, "B")
+        factor = 8 if row is not None and row >= X8_MIN_ROW_BYTES else 4
     sch.decompose_reduction(head, j)
     sch.parallel(i)
     sch.annotate(i, "split_by", "J_colpart0_indptr")

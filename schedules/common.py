@@ -35,6 +35,13 @@ def buffer_itemsize(sch: Schedule, name: str) -> int:
     raise KeyError(f"no buffer {name!r} in `{sch.func_name}`")
 
 
+def row_bytes(sch: Schedule, features, buffer: str) -> int | None:
+    """Bytes of a row of `buffer` that the feature loop `features` walks, where its width is
+    compiled in (`fixed_width`); None where the width is a run-time value."""
+    width = sch.loop_extent(features)
+    return None if width is None else width * buffer_itemsize(sch, buffer)
+
+
 #: `prefetch_gathered_rows`: a gathered row of at most `PREFETCH_WHOLE_ROW` bytes is hinted whole,
 #: `PREFETCH_AHEAD` chunks of nonzeros ahead; a wider row gets its first cache line hinted,
 #: `PREFETCH_AHEAD_WIDE` chunks ahead (the hardware's own prefetcher streams the rest: hinting
@@ -49,9 +56,8 @@ def prefetch_gathered_rows(sch: Schedule, block: str, buffer: str) -> None:
     the column indices) that later chunks of `block`'s outer nonzero loop read, at the top of
     each chunk: loops (chunk of nonzeros, features) after `*_x4`'s split."""
     j_outer, k = sch.get_loops(sch.get_block(block))[:2]
-    width = sch.loop_extent(k)
-    row_bytes = None if width is None else width * buffer_itemsize(sch, buffer)
-    if row_bytes is not None and row_bytes <= PREFETCH_WHOLE_ROW:
+    row = row_bytes(sch, k, buffer)
+    if row is not None and row <= PREFETCH_WHOLE_ROW:
         sch.prefetch(j_outer, buffer, PREFETCH_AHEAD)
     else:
         sch.prefetch(j_outer, buffer, PREFETCH_AHEAD_WIDE, lines=1)
