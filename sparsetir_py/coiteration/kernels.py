@@ -205,8 +205,13 @@ def _branchless_merge(lat: Lattice, env: dict, both, only_a, only_b) -> str:
     one = "T.if_then_else({}, T.IDX(1), T.IDX(0))"
     if lat.kind == "intersection":
         value = render(both.expression, env)
+        # Rows whose column ranges do not overlap are skipped before the merge (two loads each:
+        # on a mesh times its rows reversed, nearly every row).
         return f"""                ea: T.IDX = A_indptr[vi + 1]
                 eb: T.IDX = B_indptr[vi + 1]
+                if pa[0] < ea and pb[0] < eb:
+                    if A_indices[ea - T.IDX(1)] < B_indices[pb[0]] or B_indices[eb - T.IDX(1)] < A_indices[pa[0]]:
+                        pa[0] = ea
                 while pa[0] < ea and pb[0] < eb:
                     ja: T.IDX = A_indices[pa[0]]
                     jb: T.IDX = B_indices[pb[0]]
@@ -336,25 +341,45 @@ def same_level_script(lat: Lattice, scalars: tuple[str, ...], idtype: str = "int
     """Two operands stored at the same coordinates (one level shared): every position is the
     lattice's top point, so the co-iteration is one loop over positions, no merge: a chunk's
     rows are one range of positions, walked flat (no per-row loop: a mesh's rows of 7 entries
-    would pay a loop's bounds per 7 sums)."""
+    would pay a loop's bounds per 7 sums). The same loop copies the structure into the result's
+    and checks that B's is A's: `differ[part]` is 1 where chunk `part` found a row bound or a
+    column that differs (the operator then merges instead). Checked here, in parallel, rather
+    than by the host beforehand: on a mesh of 160k rows the host's comparison and copies of the
+    structure took 1.4 ms of `A + A.T`'s 2.4 ms."""
     top = lat.point(set(lat.operands))
     value = render(top.expression, {"A": "A_data[t]", "B": "B_data[t]", **{s: s for s in scalars}})
     params = "".join(f", {s}: T.VAL" for s in scalars)
     source = f"""
 @T.prim_func
-def same_level(a_data: T.handle, b_data: T.handle, c_data: T.handle, indptr: T.handle, bounds: T.handle,
-               m: T.int32, parts: T.int32, nnz: T.IDX{params}):
+def same_level(a_indptr: T.handle, a_indices: T.handle, a_data: T.handle, b_indptr: T.handle,
+               b_indices: T.handle, b_data: T.handle, c_indptr: T.handle, c_indices: T.handle,
+               c_data: T.handle, differ: T.handle, bounds: T.handle, m: T.int32, parts: T.int32,
+               nnz: T.IDX{params}):
     T.func_attr({{"stage": 2}})
+    A_indptr = T.match_buffer(a_indptr, (m + 1,), "IDX")
+    A_indices = T.match_buffer(a_indices, (nnz,), "IDX")
     A_data = T.match_buffer(a_data, (nnz,), "VAL")
+    B_indptr = T.match_buffer(b_indptr, (m + 1,), "IDX")
+    B_indices = T.match_buffer(b_indices, (nnz,), "IDX")
     B_data = T.match_buffer(b_data, (nnz,), "VAL")
+    C_indptr = T.match_buffer(c_indptr, (m + 1,), "IDX")
+    C_indices = T.match_buffer(c_indices, (nnz,), "IDX")
     C_data = T.match_buffer(c_data, (nnz,), "VAL")
-    Indptr = T.match_buffer(indptr, (m + 1,), "IDX")
+    Differ = T.match_buffer(differ, (parts,), "int32")
     Bounds = T.match_buffer(bounds, (parts + 1,), "int32")
     for part in T.serial(parts):
         with T.block("same_level0"):
             vp = T.axis.spatial(parts, part)
-            for t in T.serial(Indptr[Bounds[vp]], Indptr[Bounds[vp + 1]]):
+            bad = T.alloc_buffer((1,), "int32", scope="local")
+            bad[0] = T.int32(0)
+            for r in T.serial(Bounds[vp], Bounds[vp + 1]):
+                C_indptr[r + 1] = A_indptr[r + 1]
+                bad[0] = T.bitwise_or(bad[0], T.int32(A_indptr[r + 1] != B_indptr[r + 1]))
+            for t in T.serial(A_indptr[Bounds[vp]], A_indptr[Bounds[vp + 1]]):
+                C_indices[t] = A_indices[t]
+                bad[0] = T.bitwise_or(bad[0], T.int32(A_indices[t] != B_indices[t]))
                 C_data[t] = T.VAL({value})
+            Differ[vp] = bad[0]
 """
     return _HEADER + _typed(source, idtype, dtype)
 

@@ -40,8 +40,12 @@ measured against a scratch buffer kept between calls and copied into fresh array
 the faults of the fresh arrays cost 2-5x the move (meshes, R-MAT, 2 threads). The host's per-row
 arrays (work, room, their prefix sums) are kept between calls (`_ROWS`), and the result's
 `indptr` is summed in place from the counts the kernel writes into it. `add` and `multiply`
-write each chunk's rows one after the other into room for their bound (`|A_i| + |B_i|`, or the
-lesser for an intersection); the chunks after the first then move down in place (`_packed`).
+write each chunk's rows one after the other into room for their bound (`|A_i| + |B_i|`; for an
+intersection the rows of the operand with fewer entries, whose row bounds are the room's); the
+chunks after the first then move down in place (`_packed`). Operands that store the same
+coordinates (`A + A.T` of a symmetric A) take one loop over positions that also copies and
+compares the structure (`kernels.same_level_script`): where the structures differ after all,
+the operator merges.
 """
 
 from __future__ import annotations
@@ -627,16 +631,18 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
         raise InputError(f"`A` and `B` must have the same shape, got {A.shape} and {B.shape}")
     (A, B), idtype, dtype = _common([A, B])
     m = A.shape[0]
-    if _same_level(A, B):
-        return _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls, default)
+    if _maybe_same_level(A, B):
+        C = _ewise_same_level(op, A, B, scalars, target, schedule, threads, idtype, dtype, cls, default)
+        if C is not None:
+            return C
     # The work prefix |A|_i + |B|_i is summed in the index dtype: where it outgrows int32, both
     # operators widen (an intersection's room fits, but its rows are balanced by the work).
     if A.nnz + B.nnz > _INT32_MAX and idtype == np.int32:
         (A, B), idtype, dtype = _common([A, B], wide=True)
     # A row's work is the entries the merge walks (the prefix |A|_i + |B|_i, which is also where
     # a union's row may start writing: it writes at most |A_i| + |B_i| entries); an intersection
-    # writes at most min(|A_i|, |B_i|). Summed into kept arrays in the index dtype (the sums
-    # fit it): fresh ones would be faulted in page by page.
+    # writes at most |A_i|, so its rows start at A's own row bounds (or B's, the fewer). Summed into
+    # kept arrays in the index dtype (the sums fit it): fresh ones would be faulted in page by page.
     thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
     names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
     if default and target == "cpu" and thread_args.get("threads") == 1 and A.nnz + B.nnz < DRIVER_ENTRIES:
@@ -646,16 +652,10 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
             B.data.astype(dtype, copy=False), m, op == "add", scalars.get("alpha", 0.0), scalars.get("beta", 0.0),
         )  # fmt: skip
         return _from_driver((data, indices, indptr), A.shape, cls)
-    kept = _take_rows("ewise", 2, m + 1, idtype)
-    work = np.add(A.indptr, B.indptr, out=kept[0][: m + 1])
+    (kept,) = _take_rows("ewise", 1, m + 1, idtype)
+    work = np.add(A.indptr, B.indptr, out=kept[: m + 1])
     bounds = chunk_bounds(work, _parts(schedule, thread_args, m))
-    start = work
-    if op == "multiply":
-        start = kept[1][: m + 1]
-        np.subtract(A.indptr[1:], A.indptr[:-1], out=start[1:])
-        np.subtract(B.indptr[1:], B.indptr[:-1], out=work[1:])  # the work is read: its room reused
-        np.minimum(start[1:], work[1:], out=start[1:])
-        prefix_in_place(start)
+    start = work if op == "add" else A.indptr if A.nnz <= B.nnz else B.indptr
     room = int(start[-1])
     t_data, t_indices = np.empty(room, dtype), np.empty(room, idtype)
     # Each row's count written after a leading slot and summed in place: the result's indptr.
@@ -668,7 +668,7 @@ def _ewise(op: str, A, B, scalars: dict, target: str, schedule, threads) -> scip
     })  # fmt: skip
     prefix_in_place(indptr)
     t_start = start[bounds].astype(np.int64)
-    _keep_rows("ewise", *kept)
+    _keep_rows("ewise", kept)
     return _packed(t_data, t_indices, t_start, indptr, A.shape, cls, names, bounds, thread_args)
 
 
@@ -697,40 +697,47 @@ def _packed(t_data, t_indices, t_start, indptr, shape, cls, names: dict, bounds,
     return _csr((t_data, t_indices, indptr), shape, cls)
 
 
-#: Above this many entries `_same_level` compares a sample of the structure first.
-SAME_SAMPLE_NNZ = 1 << 14
+#: `_maybe_same_level` compares every this-many-th row bound and column of the two structures.
+SAME_SAMPLES = 64
 
 
-def _same_level(A, B) -> bool:
-    """Whether A and B store the same coordinates (canonical CSR: the same indptr and indices)."""
+def _maybe_same_level(A, B) -> bool:
+    """Whether A and B may store the same coordinates (canonical CSR: the same indptr and
+    indices): the same arrays, or the same nnz and a sample of their row bounds and columns
+    alike. Two different structures mostly differ there; the same-level kernel checks the
+    rest as it runs."""
     if A.indptr is B.indptr and A.indices is B.indices:
         return True
     if A.nnz != B.nnz:
         return False
-    if A.nnz <= SAME_SAMPLE_NNZ:  # small: the whole arrays at once (each comparison costs ~3 us)
-        return bool((A.indptr == B.indptr).all() and (A.indices == B.indices).all())
-    # A sample of the rows first: two different structures mostly differ there, at no cost of
-    # the comparison's own arrays of the rows' length.
-    rows, entries = slice(None, None, max(1, len(A.indptr) // 64)), slice(None, None, max(1, A.nnz // 64))
-    if not (np.array_equal(A.indptr[rows], B.indptr[rows]) and np.array_equal(A.indices[entries], B.indices[entries])):
-        return False
-    return np.array_equal(A.indptr, B.indptr) and np.array_equal(A.indices, B.indices)
+    rows, entries = (
+        slice(None, None, max(1, len(A.indptr) // SAME_SAMPLES)),
+        slice(None, None, max(1, A.nnz // SAME_SAMPLES)),
+    )
+    return np.array_equal(A.indptr[rows], B.indptr[rows]) and np.array_equal(A.indices[entries], B.indices[entries])
 
 
 def _ewise_same_level(op: str, A, B, scalars: dict, target: str, schedule, threads, idtype, dtype, cls, default):
-    """`op` of two operands that share one level: the lattice's top point at every position."""
+    """`op` of two operands that share one level (the lattice's top point at every position),
+    the structure copied into the result's arrays and checked by the kernel: None where B's
+    differs from A's after all."""
     thread_args = _threads(threads, target, A.nnz + B.nnz, ewise_grain())
+    values = (A.data.astype(dtype, copy=False), B.data.astype(dtype, copy=False))
     if default and target == "cpu" and thread_args.get("threads") == 1 and A.nnz < DRIVER_ENTRIES:
-        data = _small_driver("same_" + op, DTYPE_NAMES[idtype], DTYPE_NAMES[dtype])(
-            A.indptr, A.data.astype(dtype, copy=False), B.data.astype(dtype, copy=False), A.shape[0],
+        differ, *arrays = _small_driver("same_" + op, DTYPE_NAMES[idtype], DTYPE_NAMES[dtype])(
+            A.indptr, A.indices, values[0], B.indptr, B.indices, values[1], A.shape[0],
             scalars.get("alpha", 0.0), scalars.get("beta", 0.0),
         )  # fmt: skip
-        return _csr((data.copy(), A.indices.copy(), A.indptr.copy()), A.shape, cls)
-    bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, A.shape[0]))
+        return None if differ else _from_driver(tuple(arrays), A.shape, cls)
+    m = A.shape[0]
+    bounds = chunk_bounds(A.indptr, _parts(schedule, thread_args, m))
     names = {"idtype": DTYPE_NAMES[idtype], "dtype": DTYPE_NAMES[dtype], "target": target, "schedule": schedule}
-    data = np.empty(A.nnz, dtype)
+    data, indices, indptr = np.empty(A.nnz, dtype), np.empty(A.nnz, idtype), np.empty(m + 1, idtype)
+    indptr[0] = 0
+    differ = np.zeros(len(bounds) - 1, np.int32)
     _launch(kernel("same_" + op, **_serial_on_one(names, thread_args, default)), thread_args, {
-        "a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False), "c_data": data,
-        "indptr": A.indptr, "bounds": bounds, "m": A.shape[0], "parts": len(bounds) - 1, "nnz": A.nnz, **scalars,
+        "a_indptr": A.indptr, "a_indices": A.indices, "a_data": values[0], "b_indptr": B.indptr,
+        "b_indices": B.indices, "b_data": values[1], "c_indptr": indptr, "c_indices": indices, "c_data": data,
+        "differ": differ, "bounds": bounds, "m": m, "parts": len(bounds) - 1, "nnz": A.nnz, **scalars,
     })  # fmt: skip
-    return _csr((data, A.indices.copy(), A.indptr.copy()), A.shape, cls)
+    return None if differ.any() else _csr((data, indices, indptr), A.shape, cls)

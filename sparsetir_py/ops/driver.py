@@ -109,15 +109,20 @@ def ewise_small(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, m, uni
 """
 
 #: A one-thread element-wise operation of two operands that store the same coordinates
-#: (`{same_kernel}`: the lattice's top point at every position): the result's values only.
+#: (`{same_kernel}`: the lattice's top point at every position, the structure copied and
+#: compared): whether B's structure differed from A's, and the result's arrays.
 SAME_SMALL = """
 @numba.njit(boundscheck=False, cache=True, nogil=True)
-def same_small(indptr, a_data, b_data, m, alpha, beta):
+def same_small(a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, m, alpha, beta):
     nnz = len(a_data)
     parts, bounds = one_chunk(m)
     c_data = np.empty(nnz, b_data.dtype)
+    c_indices = np.empty(nnz, a_indices.dtype)
+    c_indptr = np.empty(m + 1, a_indptr.dtype)
+    c_indptr[0] = 0
+    differ = np.zeros(1, np.int32)
     {same_kernel}
-    return c_data
+    return differ[0] != 0, c_data, c_indices, c_indptr
 """
 
 #: A one-thread masked product (`{masked_kernel}`, writing each row into the room of its mask

@@ -338,6 +338,66 @@ def test_same_level_operands():
     assert seen == ["same_add"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("change", ["column", "bound"])
+def test_structures_alike_in_the_sample_only_are_merged(threads, change, monkeypatch):
+    """Two structures of one nnz that agree at every sampled row bound and column
+    (`SAME_SAMPLES`) but differ elsewhere: the same-level kernel finds the difference as it
+    copies the structure, and the operators merge instead (compiled driver and parallel kernel)."""
+    from sparsetir_py.coiteration import host
+
+    monkeypatch.setattr(host, "EWISE_GRAIN", 0 if threads > 1 else None)
+    seen = []
+    kernel = operators.kernel
+    monkeypatch.setattr(operators, "kernel", lambda name, *a, **k: seen.append(name) or kernel(name, *a, **k))
+    A = load_matrix("email-Eu-core").astype(np.float32)
+    B = A.copy()
+    B.data = np.random.default_rng(5).standard_normal(B.nnz).astype(np.float32)
+    rows_step, entries_step = max(1, len(A.indptr) // operators.SAME_SAMPLES), max(1, A.nnz // operators.SAME_SAMPLES)
+    # A row (off the sample) with a free column next to its last one, so that moving the last
+    # entry there keeps the row sorted; or a row bound (off the sample) moved by one.
+    lengths = np.diff(A.indptr)
+    if change == "column":
+        row = next(i for i in range(1, A.shape[0]) if lengths[i] > 1 and (A.indptr[i + 1] - 1) % entries_step
+                   and A.indices[A.indptr[i + 1] - 1] + 1 < A.shape[1]
+                   and A.indices[A.indptr[i + 1] - 1] + 1 not in A.indices[A.indptr[i]:A.indptr[i + 1]])  # fmt: skip
+        B.indices[B.indptr[row + 1] - 1] += 1
+    else:
+        # Row i - 1's last entry becomes row i's first: the columns stay as they are (the
+        # entry's column is below row i's first), only the row bound differs.
+        row = next(i for i in range(1, A.shape[0]) if i % rows_step and lengths[i - 1] > 1 and lengths[i]
+                   and A.indices[A.indptr[i] - 1] < A.indices[A.indptr[i]])  # fmt: skip
+        B.indptr[row] -= 1
+        assert B.has_canonical_format and np.array_equal(A.indices, B.indices)
+    assert B.nnz == A.nnz and operators._maybe_same_level(A, B)
+    assert (pattern(A) != pattern(B)).nnz  # the structures differ
+    check_add(A, B, 0.5, 2.0, threads=threads)
+    check_multiply(A, B, threads=threads)
+    if threads > 1:
+        assert seen == ["same_add", "add", "same_multiply", "multiply"]
+
+
+def test_intersections_of_rows_apart_touching_and_overlapping(monkeypatch):
+    """The intersection skips rows whose column ranges do not overlap: rows apart, rows that
+    touch at one column (kept), rows inside one another, and a row against an empty one; by
+    the compiled driver and by the parallel kernel."""
+    from sparsetir_py.coiteration import host
+
+    monkeypatch.setattr(host, "EWISE_GRAIN", 0)
+    rows = [([0, 1, 2], [3, 4]), ([5, 9], [0, 4]), ([0, 4], [4, 7]), ([2, 8], [0, 1, 5, 8, 9]),
+            ([1, 3, 5, 7], [3]), ([], [1, 2]), ([6], []), ([0, 9], [0, 9])]  # fmt: skip
+    A = scipy.sparse.csr_matrix(
+        ([1.0] * sum(len(a) for a, _ in rows), [j for a, _ in rows for j in a],
+         np.cumsum([0] + [len(a) for a, _ in rows])), shape=(len(rows), 10))  # fmt: skip
+    B = scipy.sparse.csr_matrix(
+        (np.arange(1.0, 1 + sum(len(b) for _, b in rows)), [j for _, b in rows for j in b],
+         np.cumsum([0] + [len(b) for _, b in rows])), shape=(len(rows), 10))  # fmt: skip
+    big = scipy.sparse.block_diag([A] * 500, format="csr"), scipy.sparse.block_diag([B] * 500, format="csr")
+    for threads in (1, 2):
+        assert check_multiply(A, B, threads=threads).nnz == 5  # (2, 4), (3, 8), (4, 3), (7, 0), (7, 9)
+        assert check_multiply(*big, threads=threads).nnz == 5 * 500
+
+
 def test_reexported_by_sp_ops():
     assert (sp.ops.spgemm, sp.ops.add, sp.ops.multiply) == (spgemm, add, multiply)
 
