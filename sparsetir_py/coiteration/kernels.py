@@ -616,7 +616,7 @@ SPGEMM_OPERANDS
                     hi[0] = T.IDX(0)
                     widest[0] = T.IDX(0)
                     row_work: T.int64 = W_prefix[vi + 1] - W_prefix[vi]
-                    if row_work > T.int64(BRANCHLESS_MIN):
+PREFETCH_ROWS_BLOCK                    if row_work > T.int64(BRANCHLESS_MIN):
                         # The row's span from the first and last columns of the rows of B it selects
                         # (sorted), and the widest of them (a bound below on the row's entries).
                         for p in T.serial(A_indptr[vi + 1] - A_indptr[vi]):
@@ -799,13 +799,31 @@ BITMAP_MIN_WIDEST = 32
 BRANCHLESS_MIN = 64
 
 
-def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32") -> str:
+#: The one-pass SpGEMM's prefetches, where asked for (`spgemm_fused_script(prefetch=True)`): the
+#: rows of B that row `i + PREFETCH_ROWS` selects, their first lines, and the row bounds of B
+#: that row `i + 2 * PREFETCH_ROWS` selects.
+PREFETCH_ROWS = 4
+PREFETCH_BLOCK = """                    if nnz_b > T.IDX(0):
+                        ahead: T.int32 = T.min(vi + PREFETCH_ROWS, m - 1)
+                        for pf in T.serial(A_indptr[ahead + 1] - A_indptr[ahead]):
+                            kf: T.IDX = A_indices[A_indptr[ahead] + pf]
+                            T.prefetch(B_indices[T.min(B_indptr[kf], nnz_b - T.IDX(1))])
+                            T.prefetch(B_data[T.min(B_indptr[kf], nnz_b - T.IDX(1))])
+                        far: T.int32 = T.min(vi + 2 * PREFETCH_ROWS, m - 1)
+                        for pg in T.serial(A_indptr[far + 1] - A_indptr[far]):
+                            T.prefetch(B_indptr[A_indices[A_indptr[far] + pg]])
+"""
+
+
+def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32", prefetch: bool = False) -> str:
     """Symbolic and numeric passes in one: each chunk writes its rows, sorted, one after the
     other from `t_start[part]` (room for the chunk's bound on its entries), and where each row
     ends, counted from its chunk's start, into `c_end` (the chunk's part of `indptr[1:]`, less
     the entries of the chunks before it: no prefix sum over every row on the host); the operator
     then moves the chunks to their `indptr` positions."""
-    source = _expand(_accumulate_row(SPGEMM_FUSED), "READ_BITS", READ_BITS, ("AT",))
+    source = SPGEMM_FUSED.replace("PREFETCH_ROWS_BLOCK", PREFETCH_BLOCK if prefetch else "")
+    source = source.replace("PREFETCH_ROWS", str(PREFETCH_ROWS))
+    source = _expand(_accumulate_row(source), "READ_BITS", READ_BITS, ("AT",))
     source = _typed(source, idtype, dtype).replace("INSERTION_COST", str(INSERTION_COST))
     source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
     source = source.replace("BRANCHLESS_MIN", str(BRANCHLESS_MIN))

@@ -46,8 +46,10 @@ def three_orders(idtype: str = "int32", dtype: str = "float32"):
     return A, B
 
 
-def test_fused_kernels_match_the_interpreter():
-    """`work`, `fused` (two chunks) and `compact_chunks` give the interpreter's arrays, and
+@pytest.mark.parametrize("fused", ["fused", "fused_prefetch"])
+def test_fused_kernels_match_the_interpreter(fused):
+    """`work`, `fused` (two chunks; with and without prefetches of B's rows ahead, whose
+    addresses the interpreter checks) and `compact_chunks` give the interpreter's arrays, and
     together scipy's sorted product."""
     A, B = three_orders("int64", "float32")
     m, k = A.shape
@@ -68,7 +70,7 @@ def test_fused_kernels_match_the_interpreter():
                   "nnz_t": nnz_t}  # fmt: skip
     outputs = {"t_data": np.zeros(nnz_t, np.float32), "t_indices": np.zeros(nnz_t, np.int64),
                "c_end": np.zeros(m, np.int64)}  # fmt: skip
-    got = run_both("fused", names, fused_args, outputs)
+    got = run_both(fused, names, fused_args, outputs)
     want = (A.astype(np.float64) @ B.astype(np.float64)).tocsr()
     want.sort_indices()
     # Each row's end counted from its chunk's start: the chunks before it added, indptr.
@@ -81,6 +83,30 @@ def test_fused_kernels_match_the_interpreter():
     got = run_both("compact_chunks", names, compact_args, outputs)
     np.testing.assert_array_equal(got["c_indices"], want.indices)
     np.testing.assert_allclose(got["c_data"], want.data, rtol=1e-5, atol=1e-6)
+
+
+def test_prefetches_stay_inside_b():
+    """Rows of A that select B's last rows, empty (their row bound is B's nnz): the prefetches
+    ahead clamp their addresses into B, which the interpreter checks, and give the product."""
+    a_mask = np.array([[1, 0, 1, 1], [0, 0, 0, 1], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 0, 1]], bool)
+    b_mask = np.array([[1, 0, 1], [0, 1, 1], [0, 0, 0], [0, 0, 0]], bool)
+    A = make_csr(a_mask, np.arange(1.0, 1 + a_mask.sum()), "int64", "float32")
+    B = make_csr(b_mask, np.arange(1.0, 1 + b_mask.sum()), "int64", "float32")
+    (m, k), n = A.shape, B.shape[1]
+    names = {"idtype": "int64", "dtype": "float32"}
+    bounds = np.array([0, m], np.int32)
+    work = prefix(np.array([np.diff(B.indptr)[A.indices[A.indptr[i] : A.indptr[i + 1]]].sum() for i in range(m)]))
+    room = int(work[-1])
+    args = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "m": m, "k": k, "n": n,
+            "a_data": A.data, "b_data": B.data, "b_indices": B.indices, "t_start": np.array([0, room], np.int64),
+            "w_prefix": work, "bounds": bounds, "parts": 1, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_t": room}  # fmt: skip
+    outputs = {"t_data": np.zeros(room, np.float32), "t_indices": np.zeros(room, np.int64), "c_end": np.zeros(m, np.int64)}
+    got = run_both("fused_prefetch", names, args, outputs)
+    want = (A @ B).tocsr()
+    want.sort_indices()
+    np.testing.assert_array_equal(np.concatenate([[0], got["c_end"]]), want.indptr)
+    np.testing.assert_array_equal(got["t_indices"][: want.nnz], want.indices)
+    np.testing.assert_allclose(got["t_data"][: want.nnz], want.data, rtol=1e-6)
 
 
 def run_both(name: str, names: dict, inputs: dict, outputs: dict) -> dict:
@@ -96,6 +122,43 @@ def run_both(name: str, names: dict, inputs: dict, outputs: dict) -> dict:
     for key in outputs:
         np.testing.assert_allclose(compiled[key], interpreted[key], **tol, err_msg=f"{name}: {key}")
     return interpreted
+
+
+def test_scattered_reads_of_b_are_told_from_near_ones():
+    """`host.scattered`: a banded matrix reads rows of B next to its own (no prefetch), the same
+    matrix numbered at random reads them all over B; an empty one reads none."""
+    n = 200_000
+    band = scipy.sparse.diags([1.0, 2.0, 1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    perm = np.random.default_rng(7).permutation(n)
+    shuffled = band[perm][:, perm].tocsr()
+    row_bytes = 3 * 12 + 4.0
+    assert not host.scattered(band.indptr, band.indices, row_bytes)
+    assert host.scattered(shuffled.indptr, shuffled.indices, row_bytes)
+    empty = scipy.sparse.csr_matrix((5, 5))
+    assert not host.scattered(empty.indptr, empty.indices, row_bytes)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_prefetching_products_against_scipy(threads, monkeypatch):
+    """The prefetching kernel through the operator, chosen for every product: random graphs,
+    an empty B, a B of empty rows and one row of A."""
+    monkeypatch.setattr(host, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(operators, "DRIVER_WORK", 0)
+    monkeypatch.setattr(operators, "scattered", lambda *args: True)
+    seen = []
+    kernel = operators.kernel
+    monkeypatch.setattr(operators, "kernel", lambda name, *a, **k: seen.append(name) or kernel(name, *a, **k))
+    rng = np.random.default_rng(11)
+    for idtype, dtype in (("int32", "float32"), ("int64", "float32")):
+        mask_a, mask_b = rng.random((300, 200)) < 0.03, rng.random((200, 250)) < 0.05
+        A = make_csr(mask_a, rng.uniform(-1, 1, int(mask_a.sum())), idtype, dtype)
+        B = make_csr(mask_b, rng.uniform(-1, 1, int(mask_b.sum())), idtype, dtype)
+        check_spgemm(A, B, threads=threads)
+        check_spgemm(A, make_csr(np.zeros((200, 250), bool), np.zeros(0), idtype, dtype), threads=threads)
+        check_spgemm(A[:1], B, threads=threads)
+    # Six products by the Python steps (on one thread the compiled driver, built first with the
+    # plain kernel, hands each of them over).
+    assert seen.count("fused_prefetch") == 6
 
 
 @pytest.mark.parametrize("threads", [1, 2])
