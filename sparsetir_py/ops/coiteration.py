@@ -37,7 +37,8 @@ entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic
 passes. Where A's rows select rows of B all over it (a graph numbered at random: `host.scattered`
 samples A's nonzeros), the one-pass kernel prefetches the rows of B that the rows ahead select
 (`kernels.PREFETCH_BLOCK`): paired, 2 threads, R-MAT 1.9x, a random geometric graph 1.2x,
-Chung-Lu and Watts-Strogatz graphs 1.1x faster; rows of B read in order (meshes) are not. The chunks write the result's own arrays (room for every row, of which only the pages
+Chung-Lu and Watts-Strogatz graphs 1.1x faster; rows of B read in order (meshes) are not.
+The chunks write the result's own arrays (room for every row, of which only the pages
 written are faulted in) and the chunks after the first move down in place (`_move_chunks`):
 measured against a scratch buffer kept between calls and copied into fresh arrays, the copy and
 the faults of the fresh arrays cost 2-5x the move (meshes, R-MAT, 2 threads). The host's per-row

@@ -100,7 +100,8 @@ def test_prefetches_stay_inside_b():
     args = {"a_indptr": A.indptr, "a_indices": A.indices, "b_indptr": B.indptr, "m": m, "k": k, "n": n,
             "a_data": A.data, "b_data": B.data, "b_indices": B.indices, "t_start": np.array([0, room], np.int64),
             "w_prefix": work, "bounds": bounds, "parts": 1, "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_t": room}  # fmt: skip
-    outputs = {"t_data": np.zeros(room, np.float32), "t_indices": np.zeros(room, np.int64), "c_end": np.zeros(m, np.int64)}
+    outputs = {"t_data": np.zeros(room, np.float32), "t_indices": np.zeros(room, np.int64)}
+    outputs["c_end"] = np.zeros(m, np.int64)
     got = run_both("fused_prefetch", names, args, outputs)
     want = (A @ B).tocsr()
     want.sort_indices()
