@@ -135,10 +135,11 @@ def table_size(widest: int) -> int:
 
 #: A product prefetches the rows of B ahead (`kernels.PREFETCH_BLOCK`) where at least
 #: `FAR_FRACTION` of a sample of A's nonzeros select a row of B farther than `REACH_BYTES` of B
-#: from the row of A itself: rows read in no order the hardware's prefetcher can follow. Paired,
-#: 2 threads: a Delaunay graph numbered at random 1.2-1.5x faster, Barabasi-Albert 1.07-1.1x,
-#: Watts-Strogatz (a ring, a tenth of its edges rewired) 1.08x; on a 2-D mesh, whose rows select
-#: rows of B next to their own, it cost 12%.
+#: from the row of A itself: rows read in no order the hardware's prefetcher can follow. Against
+#: the plain kernel, each run in its own process paired with scipy (2 threads): R-MAT of 32k rows
+#: 1.05-1.15x faster, Chung-Lu 40k 1.1x, Delaunay 50k numbered at random 1.2-1.4x, their masked
+#: products 1.1-1.2x; on a 2-D mesh, whose rows select rows of B next to their own, prefetching
+#: cost 7-12% (it is not chosen there).
 REACH_BYTES = 1 << 20
 FAR_FRACTION = 1 / 20
 FAR_SAMPLES = 4096

@@ -815,15 +815,19 @@ PREFETCH_BLOCK = """                    if nnz_b > T.IDX(0):
 """
 
 
+def _prefetching(source: str, prefetch: bool) -> str:
+    """`source` with its row block's prefetches of B ahead (`PREFETCH_BLOCK`) where asked for."""
+    source = source.replace("PREFETCH_ROWS_BLOCK", PREFETCH_BLOCK if prefetch else "")
+    return source.replace("PREFETCH_ROWS", str(PREFETCH_ROWS))
+
+
 def spgemm_fused_script(idtype: str = "int32", dtype: str = "float32", prefetch: bool = False) -> str:
     """Symbolic and numeric passes in one: each chunk writes its rows, sorted, one after the
     other from `t_start[part]` (room for the chunk's bound on its entries), and where each row
     ends, counted from its chunk's start, into `c_end` (the chunk's part of `indptr[1:]`, less
     the entries of the chunks before it: no prefix sum over every row on the host); the operator
     then moves the chunks to their `indptr` positions."""
-    source = SPGEMM_FUSED.replace("PREFETCH_ROWS_BLOCK", PREFETCH_BLOCK if prefetch else "")
-    source = source.replace("PREFETCH_ROWS", str(PREFETCH_ROWS))
-    source = _expand(_accumulate_row(source), "READ_BITS", READ_BITS, ("AT",))
+    source = _expand(_accumulate_row(_prefetching(SPGEMM_FUSED, prefetch)), "READ_BITS", READ_BITS, ("AT",))
     source = _typed(source, idtype, dtype).replace("INSERTION_COST", str(INSERTION_COST))
     source = source.replace("SCAN_PER_ENTRY", f"T.float64({SCAN_PER_ENTRY})")
     source = source.replace("BRANCHLESS_MIN", str(BRANCHLESS_MIN))
@@ -901,7 +905,7 @@ ACC_ALLOC
                 with T.block("spgemm_masked1"):
                     vi = T.axis.spatial(m, Bounds[vp] + r)
                     top = T.alloc_buffer((1,), "IDX", scope="local")
-                    for t in T.serial(M_indptr[vi + 1] - M_indptr[vi]):
+PREFETCH_ROWS_BLOCK                    for t in T.serial(M_indptr[vi + 1] - M_indptr[vi]):
                         mark[M_indices[M_indptr[vi] + t]] = 2 * vi + 2
                         acc[M_indices[M_indptr[vi] + t]] = T.VAL(0)
                     if hits[0] * T.int64(MASKED_HIT_RATE) >= seen[0]:
@@ -1111,15 +1115,20 @@ def spgemm_numeric_script(idtype: str = "int32", dtype: str = "float32", workspa
 
 
 def spgemm_masked_script(
-    idtype: str = "int32", dtype: str = "float32", workspace: str = "local", mask_values: bool = False
+    idtype: str = "int32",
+    dtype: str = "float32",
+    workspace: str = "local",
+    mask_values: bool = False,
+    prefetch: bool = False,
 ) -> str:
     """Masked SpGEMM; with `mask_values` each entry is also multiplied by the mask's value there
     (`m_data`): a script's `C[i, j] = C[i, j] + A[i, k] * B[k, j] * M[i, j]`, where `sp.ops.spgemm`
-    reads the mask's structure only."""
+    reads the mask's structure only. With `prefetch`, the rows of B ahead are prefetched as the
+    one-pass product's are (`PREFETCH_BLOCK`)."""
     # The mask bounds the row: a masked product keeps a dense workspace also where the schedule
     # asks for hashing (`hash` applies to the count and numeric passes).
     workspace = "local" if workspace == "hash" else workspace
-    source = SPGEMM_MASKED.replace("MASKED_HIT_RATE", str(MASKED_HIT_RATE))
+    source = _prefetching(SPGEMM_MASKED, prefetch).replace("MASKED_HIT_RATE", str(MASKED_HIT_RATE))
     if mask_values:
         source = source.replace("m_indptr: T.handle,", "m_data: T.handle, m_indptr: T.handle,", 1)
         indptr = '    M_indptr = T.match_buffer(m_indptr, (m + 1,), "IDX")\n'

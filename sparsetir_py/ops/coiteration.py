@@ -36,8 +36,8 @@ bitmap of its columns, and written into room for its bound), where that room (`m
 entries per row) stays under `FUSED_ROOM_BYTES`; else, and on CUDA, the symbolic and numeric
 passes. Where A's rows select rows of B all over it (a graph numbered at random: `host.scattered`
 samples A's nonzeros), the one-pass kernel prefetches the rows of B that the rows ahead select
-(`kernels.PREFETCH_BLOCK`): paired, 2 threads, R-MAT 1.9x, a random geometric graph 1.2x,
-Chung-Lu and Watts-Strogatz graphs 1.1x faster; rows of B read in order (meshes) are not.
+(`kernels.PREFETCH_BLOCK`; 1.05-1.4x faster on R-MAT, Chung-Lu and Delaunay graphs, as is the
+masked product); rows of B read in order (meshes) are not prefetched.
 The chunks write the result's own arrays (room for every row, of which only the pages
 written are faulted in) and the chunks after the first move down in place (`_move_chunks`):
 measured against a scratch buffer kept between calls and copied into fresh arrays, the copy and
@@ -94,8 +94,8 @@ def _script(name: str, idtype: str, dtype: str, workspace: str = "local") -> str
         return kernels.spgemm_count_script(idtype, dtype, workspace)
     if name == "numeric":
         return kernels.spgemm_numeric_script(idtype, dtype, workspace)
-    if name == "masked":
-        return kernels.spgemm_masked_script(idtype, dtype, workspace)
+    if name in ("masked", "masked_prefetch"):
+        return kernels.spgemm_masked_script(idtype, dtype, workspace, prefetch=name == "masked_prefetch")
     if name == "compact":
         return kernels.compact_script(idtype, dtype)
     if name == "fused":
@@ -330,7 +330,8 @@ def spgemm(
         # Each row's count written after a leading slot and summed in place (the counts sum to at
         # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
         indptr = np.empty(m + 1, idtype)
-        _launch(kernel("masked", **names), thread_args, {
+        prefetch = target == "cpu" and scattered(A.indptr, A.indices, _row_bytes(B, idtype, dtype))
+        _launch(kernel("masked_prefetch" if prefetch else "masked", **names), thread_args, {
             **operands, **values, **sizes, "m_indptr": M.indptr, "m_indices": M.indices, "nnz_m": M.nnz,
             "c_data": t_data, "c_indices": t_indices, "c_count": indptr[1:], "bounds": bounds,
             **_workspaces(schedule, sizes["parts"], n, dtype, True),
@@ -448,8 +449,7 @@ def _spgemm_fused(
     # chunks before it added afterwards (the ends are at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
     # Rows of B read in no order the hardware follows (a graph numbered at random) are prefetched.
-    row_bytes = (B.nnz * (idtype.itemsize + dtype.itemsize)) / max(k, 1) + idtype.itemsize
-    fused = "fused_prefetch" if scattered(A.indptr, A.indices, row_bytes) else "fused"
+    fused = "fused_prefetch" if scattered(A.indptr, A.indices, _row_bytes(B, idtype, dtype)) else "fused"
     _launch(kernel(fused, **_serial_on_one(names, thread_args, default)), thread_args, {
         **structure, "a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False),
         "b_indices": B.indices, "t_data": t_data, "t_indices": t_indices, "t_start": t_start, "c_end": indptr[1:],
@@ -465,6 +465,11 @@ def _spgemm_fused(
     t_data.resize(nnz, refcheck=False)
     t_indices.resize(nnz, refcheck=False)
     return _csr((t_data, t_indices, indptr), shape, cls)
+
+
+def _row_bytes(B, idtype: np.dtype, dtype: np.dtype) -> float:
+    """The bytes of B's structure and values per row, on average (`host.scattered`'s measure)."""
+    return B.nnz * (idtype.itemsize + dtype.itemsize) / max(B.shape[0], 1) + idtype.itemsize
 
 
 def _small_product(A, B, shape, cls, names: dict, threads) -> scipy.sparse.csr_matrix | None:

@@ -108,6 +108,18 @@ def test_prefetches_stay_inside_b():
     np.testing.assert_array_equal(np.concatenate([[0], got["c_end"]]), want.indptr)
     np.testing.assert_array_equal(got["t_indices"][: want.nnz], want.indices)
     np.testing.assert_allclose(got["t_data"][: want.nnz], want.data, rtol=1e-6)
+    # The masked product prefetches the same way: the mask is the product's structure and a
+    # column of every row of it.
+    M = (want + scipy.sparse.csr_matrix(np.ones((m, 1)), shape=(m, n))).tocsr()
+    M.sort_indices()
+    masked = {"a_indptr": A.indptr, "a_indices": A.indices, "a_data": A.data, "b_indptr": B.indptr,
+              "b_indices": B.indices, "b_data": B.data, "m_indptr": M.indptr.astype(np.int64),
+              "m_indices": M.indices.astype(np.int64), "bounds": bounds, "m": m, "k": k, "n": n, "parts": 1,
+              "nnz_a": A.nnz, "nnz_b": B.nnz, "nnz_m": M.nnz}  # fmt: skip
+    outputs = {"c_data": np.zeros(M.nnz, np.float32), "c_indices": np.zeros(M.nnz, np.int64)}
+    outputs["c_count"] = np.zeros(m, np.int64)
+    got = run_both("masked_prefetch", names, masked, outputs)
+    np.testing.assert_array_equal(got["c_count"], np.diff(want.indptr))
 
 
 def run_both(name: str, names: dict, inputs: dict, outputs: dict) -> dict:
@@ -141,8 +153,8 @@ def test_scattered_reads_of_b_are_told_from_near_ones():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_prefetching_products_against_scipy(threads, monkeypatch):
-    """The prefetching kernel through the operator, chosen for every product: random graphs,
-    an empty B, a B of empty rows and one row of A."""
+    """The prefetching kernels through the operator, chosen for every product: random graphs,
+    an empty B, one row of A, and a masked product."""
     monkeypatch.setattr(host, "PARALLEL_GRAIN", 0)
     monkeypatch.setattr(operators, "DRIVER_WORK", 0)
     monkeypatch.setattr(operators, "scattered", lambda *args: True)
@@ -157,9 +169,11 @@ def test_prefetching_products_against_scipy(threads, monkeypatch):
         check_spgemm(A, B, threads=threads)
         check_spgemm(A, make_csr(np.zeros((200, 250), bool), np.zeros(0), idtype, dtype), threads=threads)
         check_spgemm(A[:1], B, threads=threads)
+        mask_c = rng.random((300, 250)) < 0.1
+        check_spgemm(A, B, mask=make_csr(mask_c, np.ones(int(mask_c.sum())), idtype, dtype), threads=threads)
     # Six products by the Python steps (on one thread the compiled driver, built first with the
-    # plain kernel, hands each of them over).
-    assert seen.count("fused_prefetch") == 6
+    # plain kernel, hands each of them over); the masked ones on one thread run their driver.
+    assert seen.count("fused_prefetch") == 6 and seen.count("masked_prefetch") == (2 if threads > 1 else 0)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
