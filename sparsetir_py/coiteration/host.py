@@ -145,15 +145,16 @@ FAR_FRACTION = 1 / 20
 FAR_SAMPLES = 4096
 
 
-def scattered(a_indptr: np.ndarray, a_indices: np.ndarray, b_row_bytes: float) -> bool:
-    """Whether a product's reads of B's rows are scattered (see `REACH_BYTES`): from a sample of
-    `FAR_SAMPLES` of A's nonzeros, evenly spaced, and their rows (a binary search each)."""
+def scattered(a_indptr: np.ndarray, a_indices: np.ndarray, b_rows: int, b_row_bytes: float) -> bool:
+    """Whether a product's reads of B's rows (`b_rows` of them, `b_row_bytes` each on average) are
+    scattered (see `REACH_BYTES`): from a sample of `FAR_SAMPLES` of A's nonzeros, evenly spaced,
+    and their rows (a binary search each)."""
     nnz = len(a_indices)
-    if nnz == 0:
-        return False
+    reach = REACH_BYTES / max(b_row_bytes, 1.0)
+    if nnz == 0 or reach >= max(len(a_indptr) - 1, b_rows):
+        return False  # every row of B lies within reach of every row of A (a small product)
     positions = np.linspace(0, nnz - 1, min(nnz, FAR_SAMPLES)).astype(np.int64)
     rows = np.searchsorted(a_indptr, positions, side="right") - 1
-    reach = REACH_BYTES / max(b_row_bytes, 1.0)
     far = np.abs(a_indices[positions].astype(np.int64) - rows) > reach
     return bool(far.mean() >= FAR_FRACTION)
 

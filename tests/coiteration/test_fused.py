@@ -145,10 +145,14 @@ def test_scattered_reads_of_b_are_told_from_near_ones():
     perm = np.random.default_rng(7).permutation(n)
     shuffled = band[perm][:, perm].tocsr()
     row_bytes = 3 * 12 + 4.0
-    assert not host.scattered(band.indptr, band.indices, row_bytes)
-    assert host.scattered(shuffled.indptr, shuffled.indices, row_bytes)
+    assert not host.scattered(band.indptr, band.indices, n, row_bytes)
+    assert host.scattered(shuffled.indptr, shuffled.indices, n, row_bytes)
     empty = scipy.sparse.csr_matrix((5, 5))
-    assert not host.scattered(empty.indptr, empty.indices, row_bytes)
+    assert not host.scattered(empty.indptr, empty.indices, 5, row_bytes)
+    # A B that lies within reach whole (a small product) is never scattered, at no sample's cost.
+    small = shuffled[:1000, :1000].tocsr()
+    assert not host.scattered(small.indptr, small.indices, 1000, row_bytes)
+    assert host.scattered(small.indptr, small.indices, 1000, row_bytes * 1000)  # rows of 40 kB: 26 in reach
 
 
 @pytest.mark.parametrize("threads", [1, 2])
