@@ -330,7 +330,7 @@ def spgemm(
         # Each row's count written after a leading slot and summed in place (the counts sum to at
         # most the mask's nnz): the result's indptr, with no array of the rows' length besides.
         indptr = np.empty(m + 1, idtype)
-        prefetch = target == "cpu" and scattered(A.indptr, A.indices, B.shape[0], _row_bytes(B, idtype, dtype))
+        prefetch = target == "cpu" and _scattered(A, B, idtype, dtype)
         _launch(kernel("masked_prefetch" if prefetch else "masked", **names), thread_args, {
             **operands, **values, **sizes, "m_indptr": M.indptr, "m_indices": M.indices, "nnz_m": M.nnz,
             "c_data": t_data, "c_indices": t_indices, "c_count": indptr[1:], "bounds": bounds,
@@ -449,7 +449,7 @@ def _spgemm_fused(
     # chunks before it added afterwards (the ends are at most nnz_t, which fits the index dtype).
     indptr = np.empty(m + 1, idtype)
     # Rows of B read in no order the hardware follows (a graph numbered at random) are prefetched.
-    fused = "fused_prefetch" if scattered(A.indptr, A.indices, B.shape[0], _row_bytes(B, idtype, dtype)) else "fused"
+    fused = "fused_prefetch" if _scattered(A, B, idtype, dtype) else "fused"
     _launch(kernel(fused, **_serial_on_one(names, thread_args, default)), thread_args, {
         **structure, "a_data": A.data.astype(dtype, copy=False), "b_data": B.data.astype(dtype, copy=False),
         "b_indices": B.indices, "t_data": t_data, "t_indices": t_indices, "t_start": t_start, "c_end": indptr[1:],
@@ -467,9 +467,11 @@ def _spgemm_fused(
     return _csr((t_data, t_indices, indptr), shape, cls)
 
 
-def _row_bytes(B, idtype: np.dtype, dtype: np.dtype) -> float:
-    """The bytes of B's structure and values per row, on average (`host.scattered`'s measure)."""
-    return B.nnz * (idtype.itemsize + dtype.itemsize) / max(B.shape[0], 1) + idtype.itemsize
+def _scattered(A, B, idtype: np.dtype, dtype: np.dtype) -> bool:
+    """Whether `A @ B` reads B's rows all over B (`host.scattered`), which then get prefetched:
+    B's rows measured by their structure and values, on average."""
+    row_bytes = B.nnz * (idtype.itemsize + dtype.itemsize) / max(B.shape[0], 1) + idtype.itemsize
+    return scattered(A.indptr, A.indices, B.shape[0], row_bytes)
 
 
 def _small_product(A, B, shape, cls, names: dict, threads) -> scipy.sparse.csr_matrix | None:
